@@ -1,0 +1,169 @@
+"""The scripted model: answers each request with the next command of a script as a shell-tool call.
+
+It is stateless on purpose: the step is read from the conversation itself (how many tool
+results, or fenced commands, it already holds), so a client that retries a request gets the
+same answer again and a tool-less side request never consumes a step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pomona.proxy.dialects import Dialect, Reply, Tool, ToolCall
+from pomona.proxy.dialects.base import text_of
+
+SHELL_TOOLS = (
+    "bash", "Bash", "shell", "exec_command", "shell_command", "run_shell_command", "terminal",
+    "execute_bash", "run_command", "exec", "Shell", "execute", "run_terminal_cmd", "process",
+)  # fmt: skip
+"""Preference order from reference/harnesses.md §5.0."""
+
+FENCE = "```bash"
+
+_PLACEHOLDERS = {
+    "string": "",
+    "integer": 60,
+    "number": 60,
+    "boolean": False,
+    "array": [],
+    "object": {},
+}
+
+
+def choose_shell_tool(tools: Sequence[Tool]) -> Tool | None:
+    by_name = {t.name: t for t in tools}
+    for name in SHELL_TOOLS:
+        if name in by_name:
+            return by_name[name]
+    return next((t for t in tools if t.kind == "local_shell"), None)
+
+
+def _placeholder(schema: dict[str, Any]) -> Any:
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    return _PLACEHOLDERS.get(kind, "")
+
+
+def shell_arguments(tool: Tool, command: str) -> dict[str, Any]:
+    """Fill the tool's command parameter (an argv array if its schema asks) and required params."""
+    if tool.kind == "local_shell":
+        return {"command": ["bash", "-lc", command]}
+    props: dict[str, Any] = tool.parameters.get("properties") or {}
+    key = next((k for k in ("command", "cmd") if k in props), None)
+    if key is None:
+        key = next((k for k, v in props.items() if v.get("type") == "string"), "command")
+    args = {
+        k: _placeholder(props.get(k) or {})
+        for k in tool.parameters.get("required") or []
+        if k != key
+    }
+    is_array = (props.get(key) or {}).get("type") == "array"
+    args[key] = ["bash", "-lc", command] if is_array else command
+    return args
+
+
+def is_side(dialect: Dialect, body: dict[str, Any]) -> bool:
+    """A request offering no tools (title generation, summaries) is not a policy turn."""
+    return not dialect.tools(body)
+
+
+def step_of(dialect: Dialect, body: dict[str, Any]) -> int:
+    """How many script commands the conversation has already been given."""
+    fenced = sum(FENCE in t for t in dialect.assistant_texts(body))
+    return dialect.tool_results(body) + fenced
+
+
+def reply(
+    dialect: Dialect,
+    body: dict[str, Any],
+    script: Sequence[str],
+    *,
+    final: str = "done",
+    side_text: str = "Pomona scripted session",
+    tool_less_is_side: bool = True,
+) -> Reply:
+    """The scripted answer to one request."""
+    tools = dialect.tools(body)
+    if not tools and tool_less_is_side:
+        return _with_tokens(Reply(text=side_text), body)
+    step = step_of(dialect, body)
+    if step >= len(script):
+        return _with_tokens(Reply(text=final), body)
+    command = script[step]
+    tool = choose_shell_tool(tools)
+    if tool is None:
+        return _with_tokens(Reply(text=f"{FENCE}\n{command}\n```"), body)
+    call = ToolCall(tool.name, shell_arguments(tool, command), kind=tool.kind)
+    return _with_tokens(Reply(tool_call=call), body)
+
+
+# --- vLLM-style token ids, so token faithfulness can be tested without a GPU ------------------
+# A byte-level "tokenizer" with a prefix-stable chat template: each message renders as
+# <role> text <end>, and the prompt ends with <assistant>. The completion is the assistant's
+# text <end>, so a harness that replays the reply verbatim yields a prompt that extends the
+# previous prompt + completion exactly, and one that rewrites history does not.
+_ROLE_TOKENS = {
+    "system": 256,
+    "developer": 256,
+    "user": 257,
+    "assistant": 258,
+    "tool": 259,
+    "function": 259,
+}
+_END = 260
+
+
+def _render_assistant(content: Any, tool_calls: Any) -> str:
+    calls = "".join(
+        f"<call>{c['function']['name']}{c['function']['arguments']}"
+        for c in tool_calls or []
+        if isinstance(c, dict)
+    )
+    return text_of(content) + calls
+
+
+def prompt_token_ids(body: dict[str, Any]) -> list[int]:
+    ids: list[int] = []
+    for m in body.get("messages") or []:
+        role = m.get("role", "user")
+        text = (
+            _render_assistant(m.get("content"), m.get("tool_calls"))
+            if role == "assistant"
+            else text_of(m.get("content"))
+        )
+        ids += [_ROLE_TOKENS.get(role, 257), *text.encode(), _END]
+    return [*ids, _ROLE_TOKENS["assistant"]]
+
+
+def _with_tokens(r: Reply, body: dict[str, Any]) -> Reply:
+    """Attach token ids and logprobs when the request asks for them as vLLM does."""
+    if not body.get("return_token_ids"):
+        return r
+    if r.tool_call:
+        tc = [
+            {"function": {"name": r.tool_call.name, "arguments": json.dumps(r.tool_call.arguments)}}
+        ]
+        text = _render_assistant(None, tc)
+    else:
+        text = r.text or ""
+    r.prompt_token_ids = prompt_token_ids(body)
+    r.completion_token_ids = [*text.encode(), _END]
+    r.input_tokens, r.output_tokens = len(r.prompt_token_ids), len(r.completion_token_ids)
+    if body.get("logprobs"):
+        r.logprobs = [
+            {
+                "token": chr(t) if t < 128 else f"<{t}>",
+                "logprob": -0.125 * (i % 4),
+                "bytes": [t] if t < 256 else [],
+                "top_logprobs": [],
+            }
+            for i, t in enumerate(r.completion_token_ids)
+        ]
+    return r

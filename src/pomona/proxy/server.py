@@ -1,0 +1,94 @@
+"""Running the proxy in-process on a free port: uvicorn in a background thread.
+
+with ProxyServer(ProxyConfig(trajectories=Path("runs"))) as proxy:
+    ep = proxy.open_episode(model="scripted", script=["echo hello > out.txt"])
+    ep["base_url"]        # http://127.0.0.1:PORT/e/KEY/v1
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from pomona.proxy.app import ProxyState, create_app
+from pomona.proxy.config import ProxyConfig
+
+
+class ProxyServer:
+    def __init__(
+        self, config: ProxyConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+    ):
+        self.config = config or ProxyConfig()
+        self.app = create_app(self.config)
+        self.host, self.port = host, port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def state(self) -> ProxyState:
+        return self.app.state.proxy
+
+    def start(self, timeout: float = 10.0) -> ProxyServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        if self.config.public_url is None:
+            self.config.public_url = self.url
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            lifespan="on",
+            http="h11",
+            loop="asyncio",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            name=f"pomona-proxy-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the proxy did not start on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout)
+            self._server = self._thread = None
+
+    def open_episode(self, *, key: str | None = None, **fields: Any) -> dict[str, str]:
+        """Open an episode without an HTTP round trip; returns what POST /episodes would."""
+        ep = self.state.episodes.open(key, **fields)
+        return {
+            "key": ep.key,
+            "base_url": f"{self.url}/e/{ep.key}/v1",
+            "anthropic_base_url": f"{self.url}/e/{ep.key}",
+        }
+
+    def close_episode(self, key: str, **outcome: Any) -> None:
+        already = self.state.episodes.get(key).closed
+        ep = self.state.episodes.close(key)
+        if not already:
+            self.state.recorder.episode(ep, outcome)
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
