@@ -1,0 +1,352 @@
+"""The SDK: `AsyncSandboxClient` and its sync twin `SandboxClient`, one API over every transport.
+
+In-process (the default) the client owns a SandboxService over a runtime: no server at all.
+The sync classes are generated from the async ones and run them on a private event loop thread,
+so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from pomona.orchestrator.runtime import Runtime
+from pomona.orchestrator.service import SandboxService
+from pomona.orchestrator.types import (
+    DEFAULT_OUTPUT_CAP,
+    ExecChunk,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    Limits,
+    NetworkMode,
+    PatchResult,
+    SandboxInfo,
+    SandboxSpec,
+    SnapshotInfo,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def make_runtime(runtime: str, state_dir: str | None = None, **options: Any) -> Runtime:
+    if runtime == "local":
+        from pomona.orchestrator.runtimes.local import LocalRuntime
+
+        return LocalRuntime(state_dir or "/var/lib/pomona", **options)
+    if runtime in ("docker", "podman"):
+        from pomona.orchestrator.runtimes.docker import DockerRuntime
+
+        return DockerRuntime(state_dir=state_dir, engine=runtime, **options)
+    raise ValueError(f"unknown runtime {runtime!r}: choose local, docker or podman")
+
+
+class AsyncSandbox:
+    """A handle on one sandbox. `async with` deletes it on exit."""
+
+    def __init__(self, client: AsyncSandboxClient, info: SandboxInfo):
+        self._client, self.info = client, info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def _service(self) -> SandboxService:
+        return self._client._service
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.delete()
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} image={self.info.spec.image!r} runtime={self.info.runtime}>"
+
+    async def exec(self, command: str | list[str], *, timeout: float | None = 300, cwd: str | None = None,
+                   env: dict[str, str] | None = None, stdin: str | None = None, login_shell: bool = False,
+                   user: str | None = None, output_cap: int = DEFAULT_OUTPUT_CAP) -> ExecResult:
+        """Run a shell string (bash -c) or an argv list; a timeout kills the command, never the sandbox."""
+        request = ExecRequest(command=command, timeout=timeout, cwd=cwd, env=env or {}, stdin=stdin,
+                              login_shell=login_shell, user=user, output_cap=output_cap)
+        return await self._service.exec(self.id, request)
+
+    async def exec_stream(self, command: str | list[str], *, timeout: float | None = 300,
+                          cwd: str | None = None, env: dict[str, str] | None = None,
+                          stdin: str | None = None, login_shell: bool = False, user: str | None = None,
+                          output_cap: int = DEFAULT_OUTPUT_CAP) -> AsyncIterator[ExecChunk | ExecResult]:
+        """Output as it is produced: ExecChunk items, then the ExecResult."""
+        request = ExecRequest(command=command, timeout=timeout, cwd=cwd, env=env or {}, stdin=stdin,
+                              login_shell=login_shell, user=user, output_cap=output_cap)
+        async for item in self._service.exec_stream(self.id, request):
+            yield item
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._service.read_file(self.id, path)
+
+    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        await self._service.write_file(self.id, path, data.encode() if isinstance(data, str) else data, mode)
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        return await self._service.list_files(self.id, path)
+
+    async def stat(self, path: str) -> FileInfo:
+        return await self._service.stat(self.id, path)
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        await self._service.remove(self.id, path, recursive)
+
+    async def download_dir(self, path: str = ".") -> bytes:
+        """The directory as an uncompressed tar."""
+        return await self._service.download_dir(self.id, path)
+
+    async def upload_dir(self, path: str, tar: bytes) -> None:
+        await self._service.upload_dir(self.id, path, tar)
+
+    async def apply_patch(self, patch: str, cwd: str | None = None) -> PatchResult:
+        return await self._service.apply_patch(self.id, patch, cwd)
+
+    async def snapshot(self, snapshot_id: str | None = None) -> SnapshotInfo:
+        return await self._service.snapshot(self.id, snapshot_id)
+
+    async def heartbeat(self) -> SandboxInfo:
+        self.info = await self._service.heartbeat(self.id)
+        return self.info
+
+    async def refresh(self) -> SandboxInfo:
+        self.info = await self._service.get(self.id)
+        return self.info
+
+    async def connect(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to a server listening on 127.0.0.1:port inside the sandbox."""
+        return await self._service.open_connection(self.id, port)
+
+    async def delete(self) -> bool:
+        self._client._owned.discard(self.id)
+        return await self._service.delete(self.id)
+
+
+class AsyncSandboxClient:
+    """Creates and finds sandboxes. `async with` deletes, on exit, every sandbox it created."""
+
+    def __init__(self, runtime: str | Runtime = "local", *, state_dir: str | None = None,
+                 auto_cleanup: bool = True, **runtime_options: Any):
+        self._runtime = make_runtime(runtime, state_dir, **runtime_options) if isinstance(runtime, str) else runtime
+        self._service = SandboxService(self._runtime)
+        self._owned: set[str] = set()
+        self._started = False
+        self.auto_cleanup = auto_cleanup
+
+    async def __aenter__(self) -> AsyncSandboxClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if not self._started:
+            await self._service.start()
+            self._started = True
+
+    async def close(self) -> None:
+        if self.auto_cleanup:
+            await asyncio.gather(*(self._service.delete(i) for i in list(self._owned)),
+                                 return_exceptions=True)
+            self._owned.clear()
+        if self._started:
+            await self._service.close()
+            self._started = False
+
+    async def create_sandbox(self, image: str = "host", *, network: NetworkMode | str = "none",
+                             gateway: str | None = None, timeout: float | None = 3600,
+                             cpu: float | None = None, memory: int | str | None = None,
+                             pids: int | None = None, disk: int | str | None = None,
+                             labels: dict[str, str] | None = None, user: str = "pomona",
+                             env: dict[str, str] | None = None, workdir: str = "/workspace",
+                             sandbox_id: str | None = None) -> AsyncSandbox:
+        """Start a sandbox and wait until it is ready. Same id + same spec returns the existing one."""
+        await self.start()
+        spec = SandboxSpec(image=image, network=network, gateway=gateway, timeout=timeout,
+                           limits=Limits(cpu=cpu, memory=memory, pids=pids, disk=disk),
+                           labels=labels or {}, user=user, env=env or {}, workdir=workdir)
+        info = await self._service.create(spec, sandbox_id)
+        self._owned.add(info.id)
+        return AsyncSandbox(self, info)
+
+    async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
+        await self.start()
+        return AsyncSandbox(self, await self._service.get(sandbox_id))
+
+    async def list_sandboxes(self, labels: dict[str, str] | None = None) -> list[SandboxInfo]:
+        await self.start()
+        return await self._service.list(labels)
+
+    async def fork(self, snapshot: SnapshotInfo | str, k: int,
+                   labels: dict[str, str] | None = None) -> list[AsyncSandbox]:
+        """k new sandboxes, each starting from the snapshot's state; they never see each other."""
+        await self.start()
+        snapshot_id = snapshot if isinstance(snapshot, str) else snapshot.id
+        infos = await self._service.fork(snapshot_id, k, labels)
+        self._owned.update(i.id for i in infos)
+        return [AsyncSandbox(self, i) for i in infos]
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        await self.start()
+        return await self._service.list_snapshots()
+
+    async def delete_snapshot(self, snapshot: SnapshotInfo | str) -> bool:
+        await self.start()
+        return await self._service.delete_snapshot(snapshot if isinstance(snapshot, str) else snapshot.id)
+
+    async def delete_sandbox(self, sandbox_id: str) -> bool:
+        await self.start()
+        self._owned.discard(sandbox_id)
+        return await self._service.delete(sandbox_id)
+
+    async def reap(self) -> list[str]:
+        """Delete expired sandboxes now (a background task also does it every second)."""
+        return await self._service.reap()
+
+
+# -- the sync twins ---------------------------------------------------------------------------
+
+
+class _Portal:
+    """An event loop on a daemon thread, so sync code can call the async implementation."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="pomona-sdk", daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, R]) -> R:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def iterate(self, stream: AsyncIterator[R]) -> Iterator[R]:
+        try:
+            while True:
+                try:
+                    yield self.call(stream.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                self.call(stream.aclose())  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def _sync(method: Callable[Concatenate[Any, P], Awaitable[R]], wrap: Callable[..., Any] | None = None
+          ) -> Callable[Concatenate[Any, P], R]:
+    @functools.wraps(method)
+    def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+        result = self._portal.call(method(self._async, *args, **kwargs))
+        if wrap is None:
+            return result
+        return [wrap(self._root, r) for r in result] if isinstance(result, list) else wrap(self._root, result)
+    return call
+
+
+class SyncConnection:
+    """A blocking view of a connection into the sandbox."""
+
+    def __init__(self, portal: _Portal, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self._portal, self._reader, self._writer = portal, reader, writer
+
+    def sendall(self, data: bytes) -> None:
+        self._writer.write(data)
+        self._portal.call(self._writer.drain())
+
+    def recv(self, n: int = 65536) -> bytes:
+        return self._portal.call(self._reader.read(n))
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> SyncConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Sandbox:
+    """Sync twin of AsyncSandbox: the same methods, blocking."""
+
+    def __init__(self, client: SandboxClient, handle: AsyncSandbox):
+        self._root, self._async, self._portal = client, handle, client._portal
+
+    id = property(lambda self: self._async.id)
+    info = property(lambda self: self._async.info)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+    def __repr__(self) -> str:
+        return repr(self._async)
+
+    exec = _sync(AsyncSandbox.exec)
+    read_file = _sync(AsyncSandbox.read_file)
+    write_file = _sync(AsyncSandbox.write_file)
+    list_files = _sync(AsyncSandbox.list_files)
+    stat = _sync(AsyncSandbox.stat)
+    remove = _sync(AsyncSandbox.remove)
+    download_dir = _sync(AsyncSandbox.download_dir)
+    upload_dir = _sync(AsyncSandbox.upload_dir)
+    apply_patch = _sync(AsyncSandbox.apply_patch)
+    snapshot = _sync(AsyncSandbox.snapshot)
+    heartbeat = _sync(AsyncSandbox.heartbeat)
+    refresh = _sync(AsyncSandbox.refresh)
+    delete = _sync(AsyncSandbox.delete)
+
+    def exec_stream(self, command: str | list[str], **kwargs: Any) -> Iterator[ExecChunk | ExecResult]:
+        return self._portal.iterate(self._async.exec_stream(command, **kwargs))
+
+    def connect(self, port: int) -> SyncConnection:
+        return SyncConnection(self._portal, *self._portal.call(self._async.connect(port)))
+
+
+class SandboxClient:
+    """Sync twin of AsyncSandboxClient. `with SandboxClient() as client:` cleans up on exit."""
+
+    def __init__(self, runtime: str | Runtime = "local", **options: Any):
+        self._portal = _Portal()
+        self._root = self
+        self._async = AsyncSandboxClient(runtime, **options)
+
+    def __enter__(self) -> SandboxClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._portal.thread.is_alive():
+            try:
+                self._portal.call(self._async.close())
+            finally:
+                self._portal.stop()
+
+    start = _sync(AsyncSandboxClient.start)
+    create_sandbox = _sync(AsyncSandboxClient.create_sandbox, Sandbox)
+    get_sandbox = _sync(AsyncSandboxClient.get_sandbox, Sandbox)
+    list_sandboxes = _sync(AsyncSandboxClient.list_sandboxes)
+    fork = _sync(AsyncSandboxClient.fork, Sandbox)
+    list_snapshots = _sync(AsyncSandboxClient.list_snapshots)
+    delete_snapshot = _sync(AsyncSandboxClient.delete_snapshot)
+    delete_sandbox = _sync(AsyncSandboxClient.delete_sandbox)
+    reap = _sync(AsyncSandboxClient.reap)

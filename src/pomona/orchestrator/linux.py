@@ -1,0 +1,55 @@
+"""Thin ctypes bindings for the Linux calls Python 3.11 lacks: setns, openat2, prctl, mount.
+
+Kept in one place so the rest of the runtime reads as ordinary Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+CLONE_NEWNET = 0x40000000
+SYS_OPENAT2 = 437
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def setns(fd: int, nstype: int = 0) -> None:
+    """Move the calling *thread* into the namespace behind fd."""
+    _check(_libc.setns(fd, nstype), "setns")
+
+
+def set_no_new_privs() -> None:
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644) -> int:
+    """openat2(RESOLVE_IN_ROOT): resolve path, symlinks included, as if root_fd were "/".
+
+    A symlink planted inside a sandbox that points at /etc/shadow resolves to the sandbox's own
+    /etc/shadow, never the host's, and `..` cannot climb above the root.
+    """
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
+                   RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    encoded = os.fsencode(path.lstrip("/") or ".")
+    fd = _syscall(SYS_OPENAT2, root_fd, encoded, ctypes.byref(how), ctypes.sizeof(how))
+    return _check(fd, f"open {path!r}")

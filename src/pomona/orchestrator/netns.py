@@ -1,0 +1,92 @@
+"""Sockets inside a sandbox's network namespace, opened from the orchestrator's own process.
+
+setns(CLONE_NEWNET) moves only the calling thread, and a socket keeps the namespace it was
+born in. So a throwaway thread can create a socket inside the sandbox and hand it back: that
+gives port connect (reach a server in the sandbox) and the gateway (a listener on the sandbox's
+loopback that forwards to the one allowed host:port) with no helper process at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+
+from pomona.orchestrator.linux import CLONE_NEWNET, setns
+
+
+def socket_in_netns(netns_path: str, family: int = socket.AF_INET) -> socket.socket:
+    box: dict[str, object] = {}
+
+    def make() -> None:
+        try:
+            fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                setns(fd, CLONE_NEWNET)
+            finally:
+                os.close(fd)
+            box["sock"] = socket.socket(family, socket.SOCK_STREAM)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=make, name="pomona-netns")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["sock"]  # type: ignore[return-value]
+
+
+async def open_connection_in(netns_path: str, port: int, host: str = "127.0.0.1"):
+    sock = socket_in_netns(netns_path)
+    sock.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+class Gateway:
+    """Listens on 127.0.0.1:<port> inside a sandbox and forwards to the one allowed address."""
+
+    def __init__(self, netns_path: str, target: tuple[str, int]):
+        self.netns_path, self.target = netns_path, target
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        sock = socket_in_netns(self.netns_path)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.target[1]))
+        sock.listen(512)
+        sock.setblocking(False)
+        self.server = await asyncio.start_server(self._forward, sock=sock)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    async def close(self) -> None:
+        if self.server:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.wait_closed(), 1)

@@ -1,0 +1,78 @@
+"""The Runtime contract: what a sandbox backend must do. One file per backend in runtimes/.
+
+A runtime does mechanics only (start, exec, files, layers). Everything shared — idempotent
+create, TTLs, output collection, apply_patch, listing by label — lives once in service.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from pomona.orchestrator.types import (
+    ExecChunk,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    SandboxInfo,
+    SandboxSpec,
+    SnapshotInfo,
+)
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    name: str
+
+    async def start(self) -> None:
+        """Find the sandboxes a previous process left behind; adopt live ones, remove the rest."""
+
+    async def close(self) -> None:
+        """Release in-process resources. Sandboxes keep running; delete them explicitly."""
+
+    async def create(self, sandbox_id: str, spec: SandboxSpec,
+                     snapshot: SnapshotInfo | None = None) -> SandboxInfo: ...
+
+    async def delete(self, sandbox_id: str) -> bool:
+        """Remove everything the sandbox holds; False if it did not exist."""
+
+    async def list(self) -> list[SandboxInfo]: ...
+
+    def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+        """Stream output as it is produced; the last item is the ExecResult."""
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes: ...
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    async def list_files(self, sandbox_id: str, path: str) -> list[FileInfo]: ...
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo: ...
+
+    async def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None: ...
+
+    async def get_archive(self, sandbox_id: str, path: str) -> bytes:
+        """The directory (or file) at path as an uncompressed tar."""
+
+    async def put_archive(self, sandbox_id: str, path: str, tar: bytes) -> None:
+        """Unpack a tar into the directory at path (created if missing)."""
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> SnapshotInfo: ...
+
+    async def delete_snapshot(self, snapshot_id: str) -> bool: ...
+
+    async def list_snapshots(self) -> list[SnapshotInfo]: ...
+
+    async def open_connection(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to 127.0.0.1:port inside the sandbox's network namespace."""
+
+
+async def collect(stream: AsyncIterator[ExecChunk | ExecResult]) -> ExecResult:
+    """Drain a streamed exec into one result (the runtime already applied the caps)."""
+    async for item in stream:
+        if isinstance(item, ExecResult):
+            return item
+    raise RuntimeError("exec stream ended without a result")

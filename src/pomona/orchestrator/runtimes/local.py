@@ -1,0 +1,517 @@
+"""The embedded runtime: bubblewrap namespaces over overlayfs layers, cgroup limits, no daemon.
+
+A sandbox is a directory under the state dir: its overlay upper layer, the overlay mount that
+is its root filesystem, a record.json, and one long-lived init process (bubblewrap, as pid 1 of
+new user/pid/mount/ipc/uts(/net) namespaces, reaping orphans). Exec enters those namespaces with
+nsenter and joins the sandbox's cgroup before it can fork; files are read and written from the
+host through the overlay mount with in-root path resolution. Snapshot copies the upper layer
+into an immutable layer; fork stacks that layer under a fresh upper: O(1), nothing is copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pomona.orchestrator import execution
+from pomona.orchestrator.cgroups import Cgroup, preexec_joiner
+from pomona.orchestrator.errors import (
+    InvalidRequest,
+    RuntimeUnavailable,
+    SandboxConflict,
+    SandboxFailed,
+    SandboxNotFound,
+    SnapshotNotFound,
+)
+from pomona.orchestrator.images import Image, ImageStore
+from pomona.orchestrator.linux import open_in_root, set_no_new_privs
+from pomona.orchestrator.netns import Gateway, open_connection_in
+from pomona.orchestrator.safefs import SandboxFS, normalize
+from pomona.orchestrator.types import (
+    ExecChunk,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    NetworkMode,
+    SandboxInfo,
+    SandboxSpec,
+    SnapshotInfo,
+)
+
+SANDBOX_UID = 1000
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INIT_BINARY = "/bin/busybox"  # static (Debian's busybox-static): runs in any image as the idle pid 2
+INIT_PATH = "/dev/.pomona/busybox"  # where it appears inside (bwrap's private /dev, not the image)
+# What the "host" image hides: private and mutable places of the host. Opaque directories in a
+# shared mask layer; whiteouts for single files.
+HOST_MASK_DIRS = ("root", "home", "tmp", "var/tmp", "run", "mnt", "media", "srv", "var/lib/docker",
+                  "var/lib/containers", "var/log", "var/mail", "var/spool", "work", "opt/pomona")
+HOST_MASK_FILES = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-", "etc/sudoers")
+
+
+@dataclass
+class _Record:
+    """What survives the orchestrator: enough to adopt or remove the sandbox later."""
+
+    id: str
+    spec: dict
+    created_at: float
+    lowers: list[str]
+    image_env: dict[str, str]
+    status: str = "creating"
+    owner_pid: int = 0
+    owner_start: int = 0
+    init_pid: int = 0
+    init_start: int = 0
+    shell: str = "/bin/sh"
+    disk_image: str | None = None
+    snapshot: str | None = None
+    message: str | None = None
+
+    def info(self) -> SandboxInfo:
+        spec = SandboxSpec.model_validate(self.spec)
+        return SandboxInfo(id=self.id, runtime="local", status=self.status, spec=spec,
+                           created_at=self.created_at, snapshot=self.snapshot, message=self.message)
+
+
+@dataclass
+class _Live:
+    record: _Record
+    dir: Path
+    cgroup: Cgroup
+    fs: SandboxFS
+    process: subprocess.Popen | None = None
+    gateway: Gateway | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _start_time(pid: int) -> int:
+    """A process's start time in clock ticks: with the pid, it names one process for sure."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int, start: int) -> bool:
+    return pid > 0 and _start_time(pid) == start
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise SandboxFailed(f"{' '.join(argv[:3])}...: {done.stderr.strip() or done.stdout.strip()}")
+
+
+class LocalRuntime:
+    name = "local"
+
+    def __init__(self, state_dir: str | os.PathLike = "/var/lib/pomona", images: ImageStore | None = None,
+                 cgroup_group: str = "pomona", store_size: int = 256 * 2**30):
+        self.root = Path(state_dir).absolute()
+        self.state = self.root / "store"
+        self.store_size = store_size
+        self.images = images or ImageStore(self.state / "images")
+        self.cgroup_group = f"{cgroup_group}-{abs(hash(str(self.state))) % 10**8}"
+        self.sandboxes: dict[str, _Live] = {}
+        self.me = (os.getpid(), _start_time(os.getpid()))
+        self._check_machine()
+
+    def _check_machine(self) -> None:
+        missing = [b for b in ("bwrap", "nsenter", "mkfs.ext4", "mkfs.xfs", "cp") if not shutil.which(b)]
+        if not os.path.exists(INIT_BINARY):
+            missing.append(INIT_BINARY + " (Debian package busybox-static)")
+        if missing:
+            raise RuntimeUnavailable(f"the local runtime needs {', '.join(missing)}; run ./dev setup")
+        if os.geteuid() != 0:
+            raise RuntimeUnavailable("the local runtime needs root (it mounts overlays and cgroups)")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._mount_store)
+        for sub in ("sandboxes", "snapshots", "masks"):
+            (self.state / sub).mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self._host_mask)
+        for path in sorted((self.state / "sandboxes").glob("*/record.json")):
+            try:
+                record = _Record(**json.loads(path.read_text()))
+            except (ValueError, TypeError):
+                await asyncio.to_thread(self._teardown, path.parent, None, None)
+                continue
+            live = self._live(record, path.parent)
+            creator_alive = _alive(record.owner_pid, record.owner_start) and \
+                (record.owner_pid, record.owner_start) != self.me
+            if record.status == "creating" and creator_alive:
+                continue  # another process is still creating it: never delete that
+            if record.status == "ready" and _alive(record.init_pid, record.init_start):
+                self.sandboxes[record.id] = live
+                await self._start_gateway(live)
+            else:
+                await asyncio.to_thread(self._teardown, live.dir, live, None)
+
+    def _mount_store(self) -> None:
+        """Layers live on their own XFS filesystem (a sparse loop file): overlayfs refuses an upper
+        layer on the same filesystem as the host-root lower layer, and XFS reflinks make a
+        snapshot's copy of the upper layer a metadata-only operation."""
+        self.state.mkdir(parents=True, exist_ok=True)
+        if os.path.ismount(self.state):
+            return
+        image = self.root / "store.xfs"
+        if not image.exists():
+            with open(image, "wb") as f:
+                f.truncate(self.store_size)
+            _run("mkfs.xfs", "-q", "-m", "reflink=1", str(image))
+        _run("mount", "-o", "loop", str(image), str(self.state))
+
+    def unmount_store(self) -> None:
+        """Remove the state's own mount (after every sandbox is gone), e.g. at the end of tests."""
+        if os.path.ismount(self.state):
+            _run("umount", str(self.state))
+
+    async def close(self) -> None:
+        for live in self.sandboxes.values():
+            if live.gateway:
+                await live.gateway.close()
+                live.gateway = None
+
+    def _live(self, record: _Record, directory: Path) -> _Live:
+        uid = 0 if record.spec.get("user") == "root" else SANDBOX_UID
+        return _Live(record, directory, Cgroup(record.id, self.cgroup_group),
+                     SandboxFS(str(directory / "rootfs"), uid, uid))
+
+    def _host_mask(self) -> Path:
+        mask = self.state / "masks" / "host"
+        if (mask / ".complete").exists():
+            return mask
+        shutil.rmtree(mask, ignore_errors=True)
+        mask.mkdir(parents=True)
+        hidden = list(HOST_MASK_DIRS)
+        state = str(self.root.relative_to("/"))
+        if not any(state == d or state.startswith(d + "/") for d in hidden):
+            hidden.append(state)
+        for rel in hidden:
+            d = mask / rel
+            d.mkdir(parents=True, exist_ok=True)
+            os.setxattr(d, "trusted.overlay.opaque", b"y")
+        for rel in HOST_MASK_FILES:
+            (mask / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(mask / rel, 0o600 | 0o020000, os.makedev(0, 0))
+        (mask / "tmp").chmod(0o1777)
+        (mask / ".complete").touch()
+        return mask
+
+    # -- create and delete --------------------------------------------------------------------
+
+    async def create(self, sandbox_id: str, spec: SandboxSpec,
+                     snapshot: SnapshotInfo | None = None) -> SandboxInfo:
+        if sandbox_id in self.sandboxes:
+            raise SandboxConflict(f"sandbox {sandbox_id!r} already exists")
+        if snapshot:
+            lowers, env = self._snapshot_lowers(snapshot.id)
+        else:
+            image = await self._image(spec.image)
+            lowers, env = image.layers, image.env
+        directory = self.state / "sandboxes" / sandbox_id
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            raise SandboxConflict(f"sandbox {sandbox_id!r} is being created or removed") from None
+        record = _Record(id=sandbox_id, spec=spec.model_dump(mode="json"), created_at=time.time(),
+                         lowers=lowers, image_env=env, owner_pid=self.me[0], owner_start=self.me[1],
+                         snapshot=snapshot.id if snapshot else None)
+        live = self._live(record, directory)
+        self._save(live)  # the lease exists before anything that could leak
+        self.sandboxes[sandbox_id] = live
+        try:
+            await asyncio.to_thread(self._build, live, spec)
+            await self._start_gateway(live)
+        except BaseException as e:
+            self.sandboxes.pop(sandbox_id, None)
+            await asyncio.to_thread(self._teardown, directory, live, live.process)
+            if isinstance(e, SandboxFailed | InvalidRequest):
+                raise
+            raise SandboxFailed(f"could not start sandbox {sandbox_id!r}: {e}") from e
+        record.status = "ready"
+        self._save(live)
+        return record.info()
+
+    async def _image(self, ref: str) -> Image:
+        if ref == "host":
+            mask = await asyncio.to_thread(self._host_mask)
+            return Image(ref="host", layers=[str(mask), "/"], env={"PATH": DEFAULT_PATH})
+        return await self.images.resolve(ref)
+
+    def _snapshot_lowers(self, snapshot_id: str) -> tuple[list[str], dict[str, str]]:
+        path = self.state / "snapshots" / snapshot_id / "snapshot.json"
+        try:
+            data = json.loads(path.read_text())
+        except OSError:
+            raise SnapshotNotFound(snapshot_id) from None
+        return data["lowers"], data["image_env"]
+
+    def _build(self, live: _Live, spec: SandboxSpec) -> None:
+        """Root filesystem, cgroup, init process: everything a create does that blocks."""
+        d, record = live.dir, live.record
+        writable = d
+        if spec.limits.disk:
+            image = d / "disk.img"
+            with open(image, "wb") as f:
+                f.truncate(spec.limits.disk)
+            _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", str(image))
+            (d / "disk").mkdir()
+            _run("mount", "-o", "loop", str(image), str(d / "disk"))
+            record.disk_image = str(image)
+            self._save(live)
+            writable = d / "disk"
+        for sub in ("upper", "work"):
+            (writable / sub).mkdir()
+        (d / "rootfs").mkdir()
+        options = f"lowerdir={':'.join(record.lowers)},upperdir={writable / 'upper'},workdir={writable / 'work'}"
+        _run("mount", "-t", "overlay", "overlay", "-o", options, str(d / "rootfs"))
+        uid = live.fs.uid
+        for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), ("/home/pomona", 0o755)):
+            live.fs.mkdir(path)
+            with contextlib.suppress(OSError):
+                fd = open_in_root(os.open(d / "rootfs", os.O_PATH), path, os.O_RDONLY | os.O_DIRECTORY)
+                os.fchmod(fd, mode)
+                if path != "/tmp":
+                    os.fchown(fd, uid, uid)
+                os.close(fd)
+        record.shell = "/bin/bash" if self._exists(live, "/bin/bash") else "/bin/sh"
+        live.cgroup.create(spec.limits)
+        self._spawn_init(live, spec)
+
+    def _exists(self, live: _Live, path: str) -> bool:
+        root = os.open(live.dir / "rootfs", os.O_PATH | os.O_DIRECTORY)
+        try:
+            os.close(open_in_root(root, path, os.O_PATH))
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(root)
+
+    def _spawn_init(self, live: _Live, spec: SandboxSpec) -> None:
+        info_r, info_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        args = ["bwrap", "--unshare-user", "--userns-block-fd", str(ready_r), "--info-fd", str(info_w),
+                "--uid", "0", "--gid", "0", "--bind", str(live.dir / "rootfs"), "/",
+                "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", os.path.dirname(INIT_PATH),
+                "--ro-bind", INIT_BINARY, INIT_PATH,
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", live.record.id[:63],
+                "--chdir", spec.workdir, "--new-session"]
+        if spec.network != NetworkMode.full:
+            args.append("--unshare-net")
+        args += ["--", INIT_PATH, "sleep", "2147483647"]
+        log = open(live.dir / "init.log", "wb")
+        try:
+            process = subprocess.Popen(args, pass_fds=(info_w, ready_r), stdin=subprocess.DEVNULL,
+                                       stdout=log, stderr=log, start_new_session=True)
+        finally:
+            os.close(info_w)
+            os.close(ready_r)
+            log.close()
+        live.process = process
+        try:
+            with os.fdopen(info_r, "rb") as info_file:
+                raw = b""
+                while b"}" not in raw and (chunk := info_file.read1(4096)):
+                    raw += chunk
+            if not raw:
+                process.wait(5)
+                raise SandboxFailed(f"bubblewrap failed: {(live.dir / 'init.log').read_text().strip()}")
+            child = json.loads(raw)["child-pid"]
+            # identity-mapped user namespace: uid 0 inside has no power over the host
+            Path(f"/proc/{child}/uid_map").write_text("0 0 4294967295\n")
+            Path(f"/proc/{child}/gid_map").write_text("0 0 4294967295\n")
+            live.cgroup.join(child)  # before it runs a thing: limits hold for all it starts
+            live.record.init_pid, live.record.init_start = child, _start_time(child)
+        finally:
+            os.write(ready_w, b"1")
+            os.close(ready_w)
+
+    async def _start_gateway(self, live: _Live) -> None:
+        spec = SandboxSpec.model_validate(live.record.spec)
+        if spec.network == NetworkMode.gateway and live.gateway is None:
+            live.gateway = Gateway(f"/proc/{live.record.init_pid}/ns/net", spec.gateway_address)
+            await live.gateway.start()
+
+    def _save(self, live: _Live) -> None:
+        tmp = live.dir / "record.json.tmp"
+        tmp.write_text(json.dumps(asdict(live.record)))
+        tmp.replace(live.dir / "record.json")
+
+    async def delete(self, sandbox_id: str) -> bool:
+        live = self.sandboxes.pop(sandbox_id, None)
+        directory = self.state / "sandboxes" / sandbox_id
+        if live is None and not directory.exists():
+            return False
+        if live and live.gateway:
+            await live.gateway.close()
+        live = live or self._live(_Record(id=sandbox_id, spec={}, created_at=0, lowers=[], image_env={}),
+                                  directory)
+        await asyncio.to_thread(self._teardown, directory, live, live.process)
+        return True
+
+    def _teardown(self, directory: Path, live: _Live | None, process: subprocess.Popen | None) -> None:
+        """Kill, unmount, remove the cgroup and the files. Safe to repeat after a crash."""
+        record_path = directory / "record.json"
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            rec = _Record(**json.loads(record_path.read_text()))
+            if live is None or not live.record.init_pid:
+                live = self._live(rec, directory)
+        if live:
+            pid, start = live.record.init_pid, live.record.init_start
+            if _alive(pid, start):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)  # pid 1 of the namespace: everything in it dies
+            live.cgroup.destroy()
+        if process:
+            with contextlib.suppress(Exception):
+                process.kill()
+                process.wait(5)
+        for mount in (directory / "rootfs", directory / "disk"):
+            if os.path.ismount(mount):
+                subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    async def list(self) -> list[SandboxInfo]:
+        return [live.record.info() for live in self.sandboxes.values()]
+
+    def _get(self, sandbox_id: str) -> _Live:
+        live = self.sandboxes.get(sandbox_id)
+        if live is None or live.record.status != "ready":
+            raise SandboxNotFound(sandbox_id)
+        return live
+
+    # -- exec ---------------------------------------------------------------------------------
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+        live = self._get(sandbox_id)
+        spec = SandboxSpec.model_validate(live.record.spec)
+        user = request.user or spec.user
+        cwd = normalize(request.cwd or spec.workdir)
+        # -w: the init's cwd, which is the workdir
+        argv = ["nsenter", "-t", str(live.record.init_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w"]
+        if user != "root":
+            argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
+        argv.append("--")
+        if cwd != normalize(spec.workdir):
+            # nsenter resolves --wd on the host, so the static init binary changes directory inside
+            argv += [INIT_PATH, "sh", "-c", 'cd -- "$0" && exec "$@"', cwd]
+        if isinstance(request.command, str):
+            argv += [live.record.shell, "-l" if request.login_shell else "", "-c", request.command]
+            argv = [a for a in argv if a]
+        else:
+            argv += request.command
+        home = "/root" if user == "root" else "/home/pomona"
+        env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home,
+               "USER": user, "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8",
+               **spec.env, **request.env}
+        cgroup_join = preexec_joiner(live.cgroup.procs_files)
+
+        def prepare() -> None:
+            cgroup_join()
+            set_no_new_privs()
+
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, preexec_fn=prepare, start_new_session=True,
+            stdin=asyncio.subprocess.PIPE if request.stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdin = request.stdin.encode() if request.stdin is not None else None
+        async for item in execution.run_process(proc, stdin=stdin, timeout=request.timeout,
+                                                cap=request.output_cap):
+            yield item
+
+    # -- files --------------------------------------------------------------------------------
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        return await asyncio.to_thread(self._get(sandbox_id).fs.read, path)
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None:
+        await asyncio.to_thread(self._get(sandbox_id).fs.write, path, data, mode)
+
+    async def list_files(self, sandbox_id: str, path: str) -> list[FileInfo]:
+        return await asyncio.to_thread(self._get(sandbox_id).fs.list, path)
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        return await asyncio.to_thread(self._get(sandbox_id).fs.stat, path)
+
+    async def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None:
+        await asyncio.to_thread(self._get(sandbox_id).fs.remove, path, recursive)
+
+    async def get_archive(self, sandbox_id: str, path: str) -> bytes:
+        return await asyncio.to_thread(self._get(sandbox_id).fs.tar_out, path)
+
+    async def put_archive(self, sandbox_id: str, path: str, tar: bytes) -> None:
+        await asyncio.to_thread(self._get(sandbox_id).fs.tar_in, path, tar)
+
+    # -- snapshot and fork --------------------------------------------------------------------
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> SnapshotInfo:
+        live = self._get(sandbox_id)
+        target = self.state / "snapshots" / snapshot_id
+        try:
+            target.mkdir()
+        except FileExistsError:
+            raise SandboxConflict(f"snapshot {snapshot_id!r} already exists") from None
+        upper = (live.dir / "disk" / "upper") if live.record.disk_image else (live.dir / "upper")
+        try:
+            # reflinks where the filesystem has them (xfs, btrfs); a plain copy otherwise
+            proc = await asyncio.create_subprocess_exec(
+                "cp", "-a", "--reflink=auto", str(upper), str(target / "layer"),
+                stderr=asyncio.subprocess.PIPE)
+            _, err = await proc.communicate()
+            if proc.returncode:
+                raise SandboxFailed(f"snapshot copy failed: {err.decode().strip()}")
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        info = SnapshotInfo(id=snapshot_id, sandbox_id=sandbox_id, runtime=self.name,
+                            spec=SandboxSpec.model_validate(live.record.spec), created_at=time.time())
+        data = {**info.model_dump(mode="json"), "lowers": [str(target / "layer"), *live.record.lowers],
+                "image_env": live.record.image_env}
+        (target / "snapshot.json").write_text(json.dumps(data))
+        return info
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        found = []
+        for path in (self.state / "snapshots").glob("*/snapshot.json"):
+            with contextlib.suppress(OSError, ValueError):
+                found.append(SnapshotInfo.model_validate(
+                    {k: v for k, v in json.loads(path.read_text()).items()
+                     if k not in ("lowers", "image_env")}))
+        return found
+
+    async def delete_snapshot(self, snapshot_id: str) -> bool:
+        target = self.state / "snapshots" / snapshot_id
+        if not target.exists():
+            return False
+        layer = str(target / "layer")
+        users = [s for s, live in self.sandboxes.items() if layer in live.record.lowers]
+        for path in (self.state / "snapshots").glob("*/snapshot.json"):
+            with contextlib.suppress(OSError, ValueError):
+                if path.parent != target and layer in json.loads(path.read_text())["lowers"]:
+                    users.append(path.parent.name)
+        if users:
+            raise SandboxConflict(
+                f"snapshot {snapshot_id!r} is a layer of {', '.join(sorted(users))}; delete those first")
+        await asyncio.to_thread(shutil.rmtree, target, True)
+        return True
+
+    # -- network ------------------------------------------------------------------------------
+
+    async def open_connection(self, sandbox_id: str, port: int):
+        live = self._get(sandbox_id)
+        return await open_connection_in(f"/proc/{live.record.init_pid}/ns/net", port)

@@ -1,0 +1,273 @@
+"""File operations on a sandbox's root filesystem from the host, immune to hostile paths.
+
+Every lookup goes through openat2(RESOLVE_IN_ROOT) or a chain of O_NOFOLLOW opens relative to
+directory fds, so `..`, absolute symlinks and a symlink swapped in mid-operation by a process in
+the sandbox all stay inside the sandbox's root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+from collections.abc import Iterator
+
+from pomona.orchestrator.errors import FileNotFoundInSandbox, InvalidRequest, PathOutsideSandbox
+from pomona.orchestrator.linux import open_in_root
+from pomona.orchestrator.types import FileInfo
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def normalize(path: str, cwd: str = "/") -> str:
+    """An absolute, normalized sandbox path; relative paths are taken from cwd."""
+    if "\x00" in path:
+        raise InvalidRequest("path contains a NUL byte")
+    return posixpath.normpath(posixpath.join(cwd, path)) if path else cwd
+
+
+@contextlib.contextmanager
+def _opened(root_fd: int, path: str, flags: int, mode: int = 0o644) -> Iterator[int]:
+    try:
+        fd = open_in_root(root_fd, path, flags, mode)
+    except OSError as e:
+        raise _translate(e, path) from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _translate(error: OSError, path: str) -> Exception:
+    if error.errno == errno.ENOENT:
+        return FileNotFoundInSandbox(f"{path}: no such file or directory in the sandbox")
+    if error.errno == errno.EISDIR:
+        return InvalidRequest(f"{path} is a directory")
+    if error.errno == errno.ENOTDIR:
+        return InvalidRequest(f"a component of {path} is not a directory")
+    if error.errno in (errno.ELOOP, errno.EXDEV):
+        return PathOutsideSandbox(f"{path}: resolves through a link that leaves the sandbox")
+    if error.errno == errno.ENOSPC or error.errno == errno.EDQUOT:
+        return OSError(error.errno, f"{path}: the sandbox's disk quota is full")
+    return error
+
+
+class SandboxFS:
+    """The files API over one root directory (an overlay mount on the host)."""
+
+    def __init__(self, root: str, uid: int = 0, gid: int = 0):
+        self.root, self.uid, self.gid = root, uid, gid
+
+    @contextlib.contextmanager
+    def _root(self) -> Iterator[int]:
+        fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def read(self, path: str) -> bytes:
+        with self._root() as root, _opened(root, path, os.O_RDONLY) as fd:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InvalidRequest(f"{path} is not a regular file")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read()
+
+    def write(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        parent, name = posixpath.split(path)
+        if not name:
+            raise InvalidRequest(f"{path!r} names a directory, not a file")
+        with self._root() as root:
+            self._makedirs(root, parent)
+            with _opened(root, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode) as fd:
+                os.fchown(fd, self.uid, self.gid)
+                os.fchmod(fd, mode)
+                view = memoryview(data)
+                try:
+                    while view:
+                        view = view[os.write(fd, view):]
+                except OSError as e:
+                    raise _translate(e, path) from None
+
+    def mkdir(self, path: str) -> None:
+        with self._root() as root:
+            self._makedirs(root, path)
+
+    def _makedirs(self, root: int, path: str) -> None:
+        current = "/"
+        for part in [p for p in path.split("/") if p]:
+            current = posixpath.join(current, part)
+            with _opened(root, posixpath.dirname(current), os.O_PATH | os.O_DIRECTORY) as parent:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=parent)
+                    os.chown(part, self.uid, self.gid, dir_fd=parent, follow_symlinks=False)
+                except FileExistsError:
+                    pass
+
+    def stat(self, path: str) -> FileInfo:
+        parent, name = posixpath.split(path)
+        with self._root() as root, _opened(root, parent or "/", os.O_PATH | os.O_DIRECTORY) as pfd:
+            try:
+                st = os.stat(name or ".", dir_fd=pfd, follow_symlinks=False)
+            except OSError as e:
+                raise _translate(e, path) from None
+        return _info(name or "/", path, st)
+
+    def list(self, path: str) -> list[FileInfo]:
+        with self._root() as root, _opened(root, path, os.O_RDONLY | os.O_DIRECTORY) as fd:
+            entries = []
+            for entry in os.scandir(fd):
+                with contextlib.suppress(FileNotFoundError):
+                    st = entry.stat(follow_symlinks=False)
+                    entries.append(_info(entry.name, posixpath.join(path, entry.name), st))
+        return sorted(entries, key=lambda e: e.name)
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        parent, name = posixpath.split(path)
+        if not name:
+            raise InvalidRequest("refusing to remove the sandbox's root")
+        with self._root() as root, _opened(root, parent or "/", os.O_PATH | os.O_DIRECTORY) as pfd:
+            try:
+                st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    if not recursive:
+                        os.rmdir(name, dir_fd=pfd)
+                    else:
+                        with _opened(root, parent or "/", os.O_RDONLY | os.O_DIRECTORY) as rfd:
+                            shutil.rmtree(name, dir_fd=rfd)
+                else:
+                    os.unlink(name, dir_fd=pfd)
+            except OSError as e:
+                if e.errno == errno.ENOTEMPTY:
+                    raise InvalidRequest(f"{path} is a non-empty directory; pass recursive=True") from None
+                raise _translate(e, path) from None
+
+    # -- tar in and out ---------------------------------------------------------------------
+
+    def tar_out(self, path: str) -> bytes:
+        buf = io.BytesIO()
+        with self._root() as root, tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            info = self.stat(path)
+            if info.type == "directory":
+                with _opened(root, path, DIR_FLAGS & ~os.O_NOFOLLOW) as fd:
+                    _add_tree(tar, fd, ".")
+            else:
+                with _opened(root, path, os.O_RDONLY) as fd:
+                    _add_file(tar, fd, posixpath.basename(path), os.fstat(fd))
+        return buf.getvalue()
+
+    def tar_in(self, path: str, data: bytes) -> None:
+        with self._root() as root, tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            self._makedirs(root, path)
+            with _opened(root, path, DIR_FLAGS & ~os.O_NOFOLLOW) as base:
+                for member in tar:
+                    self._extract(tar, member, base)
+
+    def _extract(self, tar: tarfile.TarFile, member: tarfile.TarInfo, base: int) -> None:
+        parts = [p for p in member.name.split("/") if p not in ("", ".")]
+        if member.name.startswith("/") or ".." in parts:
+            raise PathOutsideSandbox(f"archive member {member.name!r} points outside the target")
+        if not parts:
+            return
+        dir_fd = os.dup(base)
+        try:
+            for part in parts[:-1]:
+                dir_fd = self._enter(dir_fd, part)
+            name = parts[-1]
+            if member.isdir():
+                os.close(self._enter(dir_fd, name))
+                return
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(name, dir_fd=dir_fd)
+            if member.issym():
+                os.symlink(member.linkname, name, dir_fd=dir_fd)
+                os.chown(name, self.uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
+            elif member.isfile() or member.islnk():
+                source = tar.extractfile(member)
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             member.mode & 0o7777, dir_fd=dir_fd)
+                try:
+                    os.fchown(fd, self.uid, self.gid)
+                    os.fchmod(fd, member.mode & 0o777)
+                    with os.fdopen(os.dup(fd), "wb") as out:
+                        shutil.copyfileobj(source, out)  # type: ignore[arg-type]
+                finally:
+                    os.close(fd)
+            # devices, fifos: never created from an upload
+        except OSError as e:
+            raise _translate(e, member.name) from None
+        finally:
+            os.close(dir_fd)
+
+    def _enter(self, dir_fd: int, part: str) -> int:
+        """Open (creating if needed) a child directory without following symlinks."""
+        try:
+            os.mkdir(part, 0o755, dir_fd=dir_fd)
+            os.chown(part, self.uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            pass
+        try:
+            child = os.open(part, DIR_FLAGS, dir_fd=dir_fd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise PathOutsideSandbox(f"{part!r} is a symlink or file, not a directory") from None
+            raise
+        finally:
+            os.close(dir_fd)
+        return child
+
+
+def _info(name: str, path: str, st: os.stat_result) -> FileInfo:
+    kind = ("directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
+            else "symlink" if stat.S_ISLNK(st.st_mode) else "other")
+    return FileInfo(name=name, path=path, type=kind, size=st.st_size,
+                    mode=stat.S_IMODE(st.st_mode), modified=st.st_mtime)
+
+
+def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    info.uid, info.gid = st.st_uid, st.st_gid
+    return info
+
+
+def _add_file(tar: tarfile.TarFile, fd: int, name: str, st: os.stat_result) -> None:
+    info = _tarinfo(name, st)
+    info.size = st.st_size
+    with os.fdopen(os.dup(fd), "rb") as f:
+        tar.addfile(info, f)
+
+
+def _add_tree(tar: tarfile.TarFile, dir_fd: int, prefix: str) -> None:
+    """Walk by directory fds with O_NOFOLLOW: a symlink is archived as a link, never followed."""
+    info = _tarinfo(prefix, os.fstat(dir_fd))
+    info.type = tarfile.DIRTYPE
+    tar.addfile(info)
+    for entry in sorted(os.scandir(dir_fd), key=lambda e: e.name):
+        name = f"{prefix}/{entry.name}"
+        try:
+            st = os.stat(entry.name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                info = _tarinfo(name, st)
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry.name, dir_fd=dir_fd)
+                tar.addfile(info)
+            elif stat.S_ISDIR(st.st_mode):
+                child = os.open(entry.name, DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    _add_tree(tar, child, name)
+                finally:
+                    os.close(child)
+            elif stat.S_ISREG(st.st_mode):
+                fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                try:
+                    _add_file(tar, fd, name, os.fstat(fd))
+                finally:
+                    os.close(fd)
+        except (FileNotFoundError, OSError) as e:
+            if e.errno not in (errno.ENOENT, errno.ELOOP):
+                raise

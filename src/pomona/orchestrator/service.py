@@ -1,0 +1,252 @@
+"""The sandbox operations, once, over any runtime: what the SDK calls in-process and what the
+REST service exposes. Idempotent create, TTL with heartbeat, label listing, output collection,
+apply_patch with fallbacks, snapshot and fork live here so every runtime behaves alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+from pomona.orchestrator.errors import InvalidRequest, SandboxConflict, SandboxNotFound
+from pomona.orchestrator.runtime import Runtime, collect
+from pomona.orchestrator.safefs import normalize
+from pomona.orchestrator.types import (
+    ExecChunk,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    PatchResult,
+    SandboxInfo,
+    SandboxSpec,
+    SnapshotInfo,
+    check_id,
+)
+
+REAP_INTERVAL = 1.0
+PATCH_STRATEGIES = (
+    ("git apply", "git apply --verbose --whitespace=nowarn {p}"),
+    ("git apply --reject", "git apply --verbose --reject --whitespace=nowarn {p}"),
+    ("patch --fuzz=5", "patch --batch --fuzz=5 -p1 -i {p}"),
+)
+
+
+def new_id(prefix: str = "sb") -> str:
+    return f"{prefix}-{secrets.token_hex(6)}"
+
+
+class SandboxService:
+    def __init__(self, runtime: Runtime, reap_interval: float = REAP_INTERVAL):
+        self.runtime = runtime
+        self.reap_interval = reap_interval
+        self._heartbeats: dict[str, float] = {}
+        self._creating: dict[str, asyncio.Future[SandboxInfo]] = {}
+        self._exec_locks: dict[str, asyncio.Lock] = {}
+        self._reaper: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        await self.runtime.start()
+        now = time.time()
+        for info in await self.runtime.list():
+            self._heartbeats[info.id] = now  # adopted: its TTL counts from now
+        self._reaper = asyncio.create_task(self._reap_forever())
+
+    async def close(self) -> None:
+        if self._reaper:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        await self.runtime.close()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec, sandbox_id: str | None = None,
+                     snapshot: SnapshotInfo | None = None) -> SandboxInfo:
+        """Create, or return the existing sandbox when the same id comes with the same spec."""
+        sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
+        if pending := self._creating.get(sandbox_id):
+            info = await asyncio.shield(pending)
+            return self._same(info, spec)
+        existing = await self._find(sandbox_id)
+        if existing:
+            return self._same(existing, spec)
+        future: asyncio.Future[SandboxInfo] = asyncio.get_running_loop().create_future()
+        self._creating[sandbox_id] = future
+        try:
+            info = await self.runtime.create(sandbox_id, spec, snapshot)
+            self._heartbeats[sandbox_id] = time.time()
+            future.set_result(info)
+            return self._with_expiry(info)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # mark retrieved
+            raise
+        finally:
+            del self._creating[sandbox_id]
+
+    @staticmethod
+    def _same(info: SandboxInfo, spec: SandboxSpec) -> SandboxInfo:
+        if info.spec != spec:
+            raise SandboxConflict(
+                f"sandbox {info.id!r} exists with a different spec; pick another id or delete it first")
+        return info
+
+    async def _find(self, sandbox_id: str) -> SandboxInfo | None:
+        for info in await self.runtime.list():
+            if info.id == sandbox_id:
+                return self._with_expiry(info)
+        return None
+
+    def _with_expiry(self, info: SandboxInfo) -> SandboxInfo:
+        if info.spec.timeout is not None:
+            beat = self._heartbeats.get(info.id, info.created_at)
+            info.expires_at = max(beat, info.created_at) + info.spec.timeout
+        return info
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        if info := await self._find(sandbox_id):
+            return info
+        raise SandboxNotFound(sandbox_id)
+
+    async def list(self, labels: dict[str, str] | None = None) -> list[SandboxInfo]:
+        labels = labels or {}
+        return [self._with_expiry(i) for i in await self.runtime.list()
+                if all(i.spec.labels.get(k) == v for k, v in labels.items())]
+
+    async def heartbeat(self, sandbox_id: str) -> SandboxInfo:
+        info = await self.get(sandbox_id)
+        self._heartbeats[sandbox_id] = time.time()
+        return self._with_expiry(info)
+
+    async def delete(self, sandbox_id: str) -> bool:
+        """Idempotent: deleting what is gone returns False, never raises."""
+        self._heartbeats.pop(sandbox_id, None)
+        self._exec_locks.pop(sandbox_id, None)
+        return await self.runtime.delete(sandbox_id)
+
+    async def reap(self) -> list[str]:
+        """Delete every sandbox whose TTL ran out without a heartbeat."""
+        now, reaped = time.time(), []
+        for info in await self.runtime.list():
+            info = self._with_expiry(info)
+            if info.expires_at is not None and info.expires_at <= now and info.status == "ready":
+                await self.delete(info.id)
+                reaped.append(info.id)
+        return reaped
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.reap_interval)
+            with contextlib.suppress(Exception):
+                await self.reap()
+
+    # -- exec ---------------------------------------------------------------------------------
+
+    async def exec_stream(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+        """Stream one command; commands on one sandbox run one at a time, in arrival order."""
+        lock = self._exec_locks.setdefault(sandbox_id, asyncio.Lock())
+        async with lock:
+            async for item in self.runtime.exec(sandbox_id, request):
+                yield item
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        return await collect(self.exec_stream(sandbox_id, request))
+
+    # -- files --------------------------------------------------------------------------------
+
+    async def _path(self, sandbox_id: str, path: str) -> str:
+        info = await self.get(sandbox_id)
+        return normalize(path, info.spec.workdir)
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        return await self.runtime.read_file(sandbox_id, await self._path(sandbox_id, path))
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None:
+        await self.runtime.write_file(sandbox_id, await self._path(sandbox_id, path), data, mode)
+
+    async def list_files(self, sandbox_id: str, path: str = ".") -> list[FileInfo]:
+        return await self.runtime.list_files(sandbox_id, await self._path(sandbox_id, path))
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        return await self.runtime.stat(sandbox_id, await self._path(sandbox_id, path))
+
+    async def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None:
+        await self.runtime.remove(sandbox_id, await self._path(sandbox_id, path), recursive)
+
+    async def download_dir(self, sandbox_id: str, path: str = ".") -> bytes:
+        return await self.runtime.get_archive(sandbox_id, await self._path(sandbox_id, path))
+
+    async def upload_dir(self, sandbox_id: str, path: str, tar: bytes) -> None:
+        await self.runtime.put_archive(sandbox_id, await self._path(sandbox_id, path), tar)
+
+    async def apply_patch(self, sandbox_id: str, patch: str, cwd: str | None = None,
+                          timeout: float = 60) -> PatchResult:
+        """git apply, then git apply --reject, then patch --fuzz; report every attempt on failure."""
+        if not patch.strip():
+            return PatchResult(success=False, error="the patch is empty")
+        cwd = await self._path(sandbox_id, cwd or ".")
+        patch_path = f"/tmp/.pomona-patch-{secrets.token_hex(4)}.diff"
+        await self.runtime.write_file(sandbox_id, patch_path, patch.encode(), 0o644)
+        attempts = []
+        try:
+            for name, template in PATCH_STRATEGIES:
+                result = await self.exec(sandbox_id, ExecRequest(
+                    command=template.format(p=patch_path), cwd=cwd, timeout=timeout))
+                if result.exit_code == 0:
+                    return PatchResult(success=True, method=name, stdout=result.stdout, stderr=result.stderr)
+                attempts.append(f"{name} (exit {result.exit_code}): {(result.stderr or result.stdout).strip()}")
+                if name == "git apply --reject":
+                    # a partial --reject leaves .rej files and half-applied hunks: undo before fuzzing
+                    await self.exec(sandbox_id, ExecRequest(
+                        command=f"git apply -R --reject {patch_path} >/dev/null 2>&1; "
+                                "find . -name '*.rej' -newer " + patch_path + " -delete", cwd=cwd))
+        finally:
+            with contextlib.suppress(Exception):
+                await self.runtime.remove(sandbox_id, patch_path)
+        return PatchResult(success=False, stderr="\n".join(attempts),
+                           error="the patch did not apply:\n" + "\n".join(attempts))
+
+    # -- snapshot and fork --------------------------------------------------------------------
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str | None = None) -> SnapshotInfo:
+        await self.get(sandbox_id)
+        return await self.runtime.snapshot(sandbox_id, check_id(snapshot_id or new_id("snap"), "snapshot id"))
+
+    async def fork(self, snapshot_id: str, k: int, labels: dict[str, str] | None = None,
+                   ids: list[str] | None = None) -> list[SandboxInfo]:
+        """k independent sandboxes from one snapshot, created concurrently."""
+        if k < 1:
+            raise InvalidRequest("fork needs k >= 1")
+        if ids is not None and len(ids) != k:
+            raise InvalidRequest(f"fork got {len(ids)} ids for k={k}")
+        snapshot = next((s for s in await self.runtime.list_snapshots() if s.id == snapshot_id), None)
+        if snapshot is None:
+            from pomona.orchestrator.errors import SnapshotNotFound
+
+            raise SnapshotNotFound(snapshot_id)
+        spec = snapshot.spec.model_copy(update={"labels": {**snapshot.spec.labels, **(labels or {})}})
+        ids = ids or [new_id() for _ in range(k)]
+        results = await asyncio.gather(*(self.create(spec, i, snapshot) for i in ids),
+                                       return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for r in results:
+                if isinstance(r, SandboxInfo):
+                    await self.delete(r.id)
+            raise failures[0]
+        return list(results)  # type: ignore[arg-type]
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        return await self.runtime.list_snapshots()
+
+    async def delete_snapshot(self, snapshot_id: str) -> bool:
+        return await self.runtime.delete_snapshot(snapshot_id)
+
+    async def open_connection(self, sandbox_id: str, port: int):
+        if not 0 < port < 65536:
+            raise InvalidRequest(f"port {port} is out of range")
+        await self.get(sandbox_id)
+        return await self.runtime.open_connection(sandbox_id, port)

@@ -1,0 +1,163 @@
+"""The typed records of the sandbox contract, shared by runtimes, the SDK and the REST API.
+
+These are pydantic models so the service's OpenAPI document is generated from them.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pomona.orchestrator.errors import InvalidRequest
+
+DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
+ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_bytes(value: int | str | None) -> int | None:
+    """Accept 536870912, "512Mi", "512m" or "1.5G" (Kubernetes and Docker spellings)."""
+    if value is None or isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?)?b?\s*", value.lower())
+    if not match:
+        raise InvalidRequest(f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'")
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
+
+
+def check_id(sandbox_id: str, what: str = "sandbox id") -> str:
+    if not ID_PATTERN.match(sandbox_id):
+        raise InvalidRequest(
+            f"{what} {sandbox_id!r} is invalid: use 1-63 of a-z 0-9 _ . - starting with a letter or digit")
+    return sandbox_id
+
+
+class NetworkMode(StrEnum):
+    none = "none"        # loopback only
+    gateway = "gateway"  # loopback, plus one allowed host:port reachable at 127.0.0.1:<port>
+    full = "full"        # the host's network
+
+
+class Limits(BaseModel):
+    """Resource limits. None means unlimited (beyond what the machine has)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu: float | None = Field(None, gt=0, description="CPU cores, e.g. 0.5 or 2")
+    memory: int | None = Field(None, gt=4 * 2**20, description="bytes; '512Mi' is accepted")
+    pids: int | None = Field(None, ge=8, description="max processes and threads")
+    disk: int | None = Field(None, gt=2**20, description="bytes of writable layer; '1Gi' is accepted")
+
+    @field_validator("memory", "disk", mode="before")
+    @classmethod
+    def _bytes(cls, value: int | str | None) -> int | None:
+        return parse_bytes(value)
+
+
+class SandboxSpec(BaseModel):
+    """What a sandbox is made of. Creating the same id twice with the same spec is a no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str = Field("host", description='"host" (the host root, read-only) or an OCI image reference')
+    network: NetworkMode = NetworkMode.none
+    gateway: str | None = Field(
+        None, description="host:port reachable in gateway mode, at 127.0.0.1:<port> inside")
+    limits: Limits = Field(default_factory=Limits)
+    timeout: float | None = Field(3600, gt=0, description="TTL in seconds; heartbeats extend it")
+    labels: dict[str, str] = Field(default_factory=dict)
+    user: Literal["pomona", "root"] = "pomona"
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str = "/workspace"
+
+    def model_post_init(self, __context: object) -> None:
+        if self.network == NetworkMode.gateway:
+            if not self.gateway or not re.fullmatch(r"[A-Za-z0-9_.-]+:[0-9]{1,5}", self.gateway):
+                raise InvalidRequest("network='gateway' needs gateway='host:port' (the one reachable endpoint)")
+        elif self.gateway:
+            raise InvalidRequest(f"gateway= is only meaningful with network='gateway', not {self.network!r}")
+
+    @property
+    def gateway_address(self) -> tuple[str, int]:
+        host, port = (self.gateway or ":0").rsplit(":", 1)
+        return host, int(port)
+
+
+SandboxStatus = Literal["creating", "ready", "failed", "deleted"]
+
+
+class SandboxInfo(BaseModel):
+    id: str
+    runtime: str
+    status: SandboxStatus
+    spec: SandboxSpec
+    created_at: float
+    expires_at: float | None = None
+    snapshot: str | None = Field(None, description="the snapshot this sandbox was forked from")
+    message: str | None = None
+
+
+class ExecRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str | list[str] = Field(description="a shell string (run by bash -c, or sh -c) or an argv list")
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    stdin: str | None = None
+    timeout: float | None = Field(300, gt=0)
+    login_shell: bool = False
+    user: Literal["pomona", "root"] | None = None
+    output_cap: int = Field(DEFAULT_OUTPUT_CAP, ge=0, description="bytes kept per stream")
+
+    @field_validator("command")
+    @classmethod
+    def _nonempty(cls, value: str | list[str]) -> str | list[str]:
+        if not value or (isinstance(value, list) and not value[0]):
+            raise ValueError("command must not be empty")
+        return value
+
+
+class ExecResult(BaseModel):
+    exit_code: int = Field(description="the command's status; -N when killed by signal N")
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    timed_out: bool = False
+    truncated: bool = Field(False, description="stdout or stderr went past the cap and was cut")
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class ExecChunk(BaseModel):
+    """One piece of streamed output; the last event of a stream is the result instead."""
+
+    stream: Literal["stdout", "stderr"]
+    data: str
+
+
+class FileInfo(BaseModel):
+    name: str
+    path: str
+    type: Literal["file", "directory", "symlink", "other"]
+    size: int
+    mode: int
+    modified: float
+
+
+class PatchResult(BaseModel):
+    success: bool
+    method: str | None = Field(None, description="which strategy applied it")
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+
+
+class SnapshotInfo(BaseModel):
+    id: str
+    sandbox_id: str
+    runtime: str
+    spec: SandboxSpec
+    created_at: float
