@@ -8,9 +8,10 @@ with ProxyServer(ProxyConfig(trajectories="runs")) as proxy:
 from pomona.proxy.app import create_app
 from pomona.proxy.cli import add_proxy_parser, cli_main, run_proxy
 from pomona.proxy.config import SCRIPTED, ModelRoute, ProxyConfig
-from pomona.proxy.server import ProxyServer
+from pomona.proxy.server import AppServer, ProxyServer
 
 __all__ = [
+    "AppServer",
     "SCRIPTED",
     "ModelRoute",
     "ProxyConfig",

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pomona.proxy import scripted
 from pomona.proxy.config import SCRIPTED, ProxyConfig
 from pomona.proxy.dialects import DIALECTS, Dialect
-from pomona.proxy.episodes import Episodes
+from pomona.proxy.episodes import Episode, Episodes
 from pomona.proxy.recording import Call, Recorder
 from pomona.proxy.sse import Parser
 from pomona.proxy.upstream import Outcome, UpstreamError, Upstreams
@@ -40,6 +40,16 @@ class ProxyState:
         self.episodes = Episodes()
         self.recorder = Recorder(config.trajectories, config.durable)
         self.upstreams = Upstreams(config)
+
+    def close_episode(self, key: str, outcome: dict[str, Any]) -> Episode:
+        """Close once; the first close writes the `episodes` row with its outcome."""
+        ep = self.episodes.get(key)
+        if ep is None:
+            raise KeyError(key)
+        if not ep.closed:
+            self.episodes.close(key)
+            self.recorder.episode(ep, outcome)
+        return ep
 
     def base_url(self, request: Request | None) -> str:
         if self.config.public_url:
@@ -253,10 +263,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
                 raise ValueError(f"failure_kind must be one of {FAILURE_KINDS}")
         except (ValueError, AttributeError) as e:
             return JSONResponse(DIALECTS["chat"].error(400, str(e)), status_code=400)
-        already = state.episodes.get(key).closed
-        ep = state.episodes.close(key)
-        if not already:
-            state.recorder.episode(ep, outcome)
+        ep = state.close_episode(key, outcome)
         return JSONResponse(ep.public())
 
     # --- discovery and probes --------------------------------------------------------------

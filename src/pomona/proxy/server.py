@@ -18,12 +18,11 @@ from pomona.proxy.app import ProxyState, create_app
 from pomona.proxy.config import ProxyConfig
 
 
-class ProxyServer:
-    def __init__(
-        self, config: ProxyConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
-    ):
-        self.config = config or ProxyConfig()
-        self.app = create_app(self.config)
+class AppServer:
+    """Any ASGI app served by uvicorn in a daemon thread on a free (or given) port."""
+
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0):
+        self.app = app
         self.host, self.port = host, port
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -32,17 +31,12 @@ class ProxyServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    @property
-    def state(self) -> ProxyState:
-        return self.app.state.proxy
-
-    def start(self, timeout: float = 10.0) -> ProxyServer:
+    def start(self, timeout: float = 10.0) -> AppServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
-        if self.config.public_url is None:
-            self.config.public_url = self.url
+        self._bound()
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -55,14 +49,14 @@ class ProxyServer:
         self._thread = threading.Thread(
             target=self._server.run,
             kwargs={"sockets": [sock]},
-            name=f"pomona-proxy-{self.port}",
+            name=f"pomona-server-{self.port}",
             daemon=True,
         )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the proxy did not start on {self.url}")
+                raise RuntimeError(f"the server did not start on {self.url}")
             time.sleep(0.01)
         return self
 
@@ -72,23 +66,39 @@ class ProxyServer:
             self._thread.join(timeout)
             self._server = self._thread = None
 
-    def open_episode(self, *, key: str | None = None, **fields: Any) -> dict[str, str]:
-        """Open an episode without an HTTP round trip; returns what POST /episodes would."""
-        ep = self.state.episodes.open(key, **fields)
-        return {
-            "key": ep.key,
-            "base_url": f"{self.url}/e/{ep.key}/v1",
-            "anthropic_base_url": f"{self.url}/e/{ep.key}",
-        }
+    def _bound(self) -> None:
+        """Called once the port is known, before serving starts."""
 
-    def close_episode(self, key: str, **outcome: Any) -> None:
-        already = self.state.episodes.get(key).closed
-        ep = self.state.episodes.close(key)
-        if not already:
-            self.state.recorder.episode(ep, outcome)
-
-    def __enter__(self) -> ProxyServer:
+    def __enter__(self) -> Any:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ProxyServer(AppServer):
+    """The proxy on a free port; `url` is its root, `open_episode` gives per-episode base URLs."""
+
+    def __init__(
+        self, config: ProxyConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+    ):
+        self.config = config or ProxyConfig()
+        super().__init__(create_app(self.config), host=host, port=port)
+
+    @property
+    def state(self) -> ProxyState:
+        return self.app.state.proxy
+
+    def _bound(self) -> None:
+        if self.config.public_url is None:
+            self.config.public_url = self.url
+
+    def open_episode(self, *, key: str | None = None, **fields: Any) -> dict[str, str]:
+        """Open an episode without an HTTP round trip; returns what POST /episodes would."""
+        ep = self.state.episodes.open(key, **fields)
+        base = f"{self.url}/e/{ep.key}"
+        return {"key": ep.key, "base_url": f"{base}/v1", "anthropic_base_url": base}
+
+    def close_episode(self, key: str, **outcome: Any) -> None:
+        """Close an episode; `outcome` (reward, resolved, failure_kind...) goes to `episodes`."""
+        self.state.close_episode(key, outcome)
