@@ -370,12 +370,13 @@ async def _relay(call: Call, dialect: Dialect, outcome: Outcome) -> AsyncIterato
     try:
         try:
             async for chunk in outcome.stream:
-                call.first_byte()
-                for f in parser.feed(chunk):
-                    frames.append(f)
-                    terminal = terminal or dialect.is_terminal(f)
-                sent.append(chunk)
-                yield chunk
+                new, whole = parser.feed(chunk)
+                frames += new
+                terminal = terminal or any(dialect.is_terminal(f) for f in new)
+                if whole:
+                    call.first_byte()
+                    sent.append(whole)
+                    yield whole
             if terminal:
                 status, error = "ok", None
             else:

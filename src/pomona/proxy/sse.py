@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,15 +32,22 @@ def frame(data: Any, event: str | None = None) -> bytes:
 
 
 class Parser:
-    """Feed bytes as they arrive; get back every frame completed so far."""
+    """Feed bytes as they arrive; get back the frames completed so far and their raw bytes.
+
+    Relaying only whole events means a stream cut mid-event never hands the client a torn
+    event glued to the error event that follows it.
+    """
 
     def __init__(self) -> None:
         self._buf = b""
 
-    def feed(self, chunk: bytes) -> Iterator[Frame]:
-        self._buf += chunk.replace(b"\r\n", b"\n")
-        while b"\n\n" in self._buf:
-            raw, self._buf = self._buf.split(b"\n\n", 1)
+    def feed(self, chunk: bytes) -> tuple[list[Frame], bytes]:
+        self._buf += chunk
+        lf, crlf = self._buf.rfind(b"\n\n"), self._buf.rfind(b"\r\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        whole, self._buf = self._buf[:end], self._buf[end:]
+        frames = []
+        for raw in whole.replace(b"\r\n", b"\n").split(b"\n\n"):
             event, data = None, []
             for line in raw.decode("utf-8", "replace").split("\n"):
                 if line.startswith("event:"):
@@ -49,4 +55,10 @@ class Parser:
                 elif line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
             if data or event:
-                yield Frame(event, "\n".join(data))
+                frames.append(Frame(event, "\n".join(data)))
+        return frames, whole
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event not yet finished (dropped if the stream ends here)."""
+        return self._buf
