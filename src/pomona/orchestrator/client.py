@@ -28,6 +28,7 @@ from pomona.orchestrator.types import (
     SandboxInfo,
     SandboxSpec,
     SnapshotInfo,
+    validated,
 )
 
 P = ParamSpec("P")
@@ -73,8 +74,8 @@ class AsyncSandbox:
                    env: dict[str, str] | None = None, stdin: str | None = None, login_shell: bool = False,
                    user: str | None = None, output_cap: int = DEFAULT_OUTPUT_CAP) -> ExecResult:
         """Run a shell string (bash -c) or an argv list; a timeout kills the command, never the sandbox."""
-        request = ExecRequest(command=command, timeout=timeout, cwd=cwd, env=env or {}, stdin=stdin,
-                              login_shell=login_shell, user=user, output_cap=output_cap)
+        request = validated(ExecRequest, command=command, timeout=timeout, cwd=cwd, env=env or {},
+                            stdin=stdin, login_shell=login_shell, user=user, output_cap=output_cap)
         return await self._service.exec(self.id, request)
 
     async def exec_stream(self, command: str | list[str], *, timeout: float | None = 300,
@@ -82,8 +83,8 @@ class AsyncSandbox:
                           stdin: str | None = None, login_shell: bool = False, user: str | None = None,
                           output_cap: int = DEFAULT_OUTPUT_CAP) -> AsyncIterator[ExecChunk | ExecResult]:
         """Output as it is produced: ExecChunk items, then the ExecResult."""
-        request = ExecRequest(command=command, timeout=timeout, cwd=cwd, env=env or {}, stdin=stdin,
-                              login_shell=login_shell, user=user, output_cap=output_cap)
+        request = validated(ExecRequest, command=command, timeout=timeout, cwd=cwd, env=env or {},
+                            stdin=stdin, login_shell=login_shell, user=user, output_cap=output_cap)
         async for item in self._service.exec_stream(self.id, request):
             yield item
 
@@ -173,9 +174,9 @@ class AsyncSandboxClient:
                              sandbox_id: str | None = None) -> AsyncSandbox:
         """Start a sandbox and wait until it is ready. Same id + same spec returns the existing one."""
         await self.start()
-        spec = SandboxSpec(image=image, network=network, gateway=gateway, timeout=timeout,
-                           limits=Limits(cpu=cpu, memory=memory, pids=pids, disk=disk),
-                           labels=labels or {}, user=user, env=env or {}, workdir=workdir)
+        spec = validated(SandboxSpec, image=image, network=network, gateway=gateway, timeout=timeout,
+                         limits=validated(Limits, cpu=cpu, memory=memory, pids=pids, disk=disk),
+                         labels=labels or {}, user=user, env=env or {}, workdir=workdir)
         info = await self._service.create(spec, sandbox_id)
         self._owned.add(info.id)
         return AsyncSandbox(self, info)

@@ -10,6 +10,7 @@ import codecs
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pomona.orchestrator.types import ExecChunk, ExecResult
 # long, then left behind: a `cmd &` must not turn into a hung exec.
 DRAIN_GRACE = 0.25
 READ_SIZE = 65536
+QUEUE_LIMIT = 64  # chunks buffered between the pipes and a slow consumer
 
 
 @dataclass
@@ -61,50 +63,69 @@ class OutputCollector:
 
 
 async def run_process(
-    proc: asyncio.subprocess.Process,
+    proc: subprocess.Popen,
     *,
     stdin: bytes | None,
     timeout: float | None,
     cap: int,
     kill: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[ExecChunk | ExecResult]:
-    """Stream a started process's output; on timeout kill its process group."""
+    """Stream a started process's output; on timeout kill its process group.
+
+    The exit is watched through a pidfd, not through the pipes: a background child that keeps
+    stdout open must not keep the exec waiting (asyncio's own subprocess.wait() would).
+    """
+    loop = asyncio.get_running_loop()
     started = time.monotonic()
     collector = OutputCollector(cap)
     queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue()
+    paused: set[int] = set()
+    exited = loop.create_future()
+    pidfd = os.pidfd_open(proc.pid)
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+    readers: dict[int, Callable[[], None]] = {}
 
-    async def read(name: str, reader: asyncio.StreamReader) -> None:
-        while data := await reader.read(READ_SIZE):
-            await queue.put((name, data))
-        await queue.put((name, None))
+    def reader(name: str, fd: int) -> Callable[[], None]:
+        def on_readable() -> None:
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(fd)
+                readers.pop(fd, None)
+            queue.put_nowait((name, data or None))
+            if data and queue.qsize() >= QUEUE_LIMIT:  # back-pressure: a slow consumer pauses us
+                loop.remove_reader(fd)
+                paused.add(fd)
+        return on_readable
 
-    async def feed_stdin() -> None:
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            if stdin:
-                proc.stdin.write(stdin)
-                await proc.stdin.drain()
-            proc.stdin.close()
-
-    tasks = [asyncio.create_task(read("stdout", proc.stdout)),  # type: ignore[arg-type]
-             asyncio.create_task(read("stderr", proc.stderr))]  # type: ignore[arg-type]
-    if proc.stdin is not None:
-        tasks.append(asyncio.create_task(feed_stdin()))
-    exited = asyncio.create_task(proc.wait())
+    for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+        fd = pipe.fileno()  # type: ignore[union-attr]
+        os.set_blocking(fd, False)
+        readers[fd] = reader(name, fd)
+        loop.add_reader(fd, readers[fd])
+    feeder = asyncio.create_task(asyncio.to_thread(_feed, proc, stdin)) if proc.stdin else None
     deadline = None if timeout is None else started + timeout
     timed_out = False
     open_streams = 2
     drain_until: float | None = None
     try:
         while open_streams:
+            if queue.qsize() < QUEUE_LIMIT // 2:
+                for fd in list(paused):
+                    paused.discard(fd)
+                    loop.add_reader(fd, readers[fd])
             now = time.monotonic()
             if exited.done() and drain_until is None:
                 drain_until = now + DRAIN_GRACE
-            limits = [t for t in (deadline if not timed_out else None, drain_until) if t is not None]
+            limits = [t for t in (None if timed_out else deadline, drain_until) if t is not None]
             wait = max(0.0, min(limits) - now) if limits else None
             getter = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({getter, exited} if not exited.done() else {getter},
-                                         timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            waiting = {getter} if exited.done() else {getter, exited}
+            done, _ = await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
                 name, data = getter.result()
                 if data is None:
@@ -120,14 +141,28 @@ async def run_process(
                 drain_until = now + DRAIN_GRACE + 1.0
             elif drain_until is not None and now >= drain_until:
                 break
-        code = await exited
-    finally:
-        for task in tasks:
-            task.cancel()
         if not exited.done():
+            await exited
+    finally:
+        for fd in list(readers):
+            loop.remove_reader(fd)
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        if proc.poll() is None:
             await (kill() if kill else _killpg(proc.pid))
-            exited.cancel()
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()  # type: ignore[union-attr]
+        if feeder:
+            feeder.cancel()
+    code = await asyncio.to_thread(proc.wait) if proc.poll() is None else proc.returncode
     yield collector.result(code, started, timed_out)
+
+
+def _feed(proc: subprocess.Popen, data: bytes | None) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError, ValueError):
+        if data:
+            proc.stdin.write(data)  # type: ignore[union-attr]
+        proc.stdin.close()  # type: ignore[union-attr]
 
 
 async def _killpg(pgid: int) -> None:

@@ -177,7 +177,8 @@ class SandboxFS:
         dir_fd = os.dup(base)
         try:
             for part in parts[:-1]:
-                dir_fd = self._enter(dir_fd, part)
+                parent, dir_fd = dir_fd, self._enter(dir_fd, part)
+                os.close(parent)
             name = parts[-1]
             if member.isdir():
                 os.close(self._enter(dir_fd, name))
@@ -205,7 +206,7 @@ class SandboxFS:
             os.close(dir_fd)
 
     def _enter(self, dir_fd: int, part: str) -> int:
-        """Open (creating if needed) a child directory without following symlinks."""
+        """Open (creating if needed) a child directory without following symlinks; dir_fd stays open."""
         try:
             os.mkdir(part, 0o755, dir_fd=dir_fd)
             os.chown(part, self.uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
@@ -217,8 +218,6 @@ class SandboxFS:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise PathOutsideSandbox(f"{part!r} is a symlink or file, not a directory") from None
             raise
-        finally:
-            os.close(dir_fd)
         return child
 
 

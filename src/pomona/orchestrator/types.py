@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pomona.orchestrator.errors import InvalidRequest
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
+M = TypeVar("M", bound="BaseModel")
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -34,6 +35,17 @@ def check_id(sandbox_id: str, what: str = "sandbox id") -> str:
         raise InvalidRequest(
             f"{what} {sandbox_id!r} is invalid: use 1-63 of a-z 0-9 _ . - starting with a letter or digit")
     return sandbox_id
+
+
+def validated(model: type[M], **data: object) -> M:
+    """Build a model from SDK arguments; invalid input raises InvalidRequest saying what to fix."""
+    try:
+        return model(**data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or model.__name__}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors())
+        raise InvalidRequest(f"invalid {model.__name__}: {problems}") from None
 
 
 class NetworkMode(StrEnum):

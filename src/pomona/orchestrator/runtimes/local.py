@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -72,6 +73,7 @@ class _Record:
     owner_start: int = 0
     init_pid: int = 0
     init_start: int = 0
+    idle_pid: int = 0  # pid 2, the idle process: execs enter through it (its cwd is the workdir)
     shell: str = "/bin/sh"
     disk_image: str | None = None
     snapshot: str | None = None
@@ -122,7 +124,7 @@ class LocalRuntime:
         self.state = self.root / "store"
         self.store_size = store_size
         self.images = images or ImageStore(self.state / "images")
-        self.cgroup_group = f"{cgroup_group}-{abs(hash(str(self.state))) % 10**8}"
+        self.cgroup_group = f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
         self.sandboxes: dict[str, _Live] = {}
         self.me = (os.getpid(), _start_time(os.getpid()))
         self._check_machine()
@@ -177,7 +179,7 @@ class LocalRuntime:
     def unmount_store(self) -> None:
         """Remove the state's own mount (after every sandbox is gone), e.g. at the end of tests."""
         if os.path.ismount(self.state):
-            _run("umount", str(self.state))
+            _run("umount", "-l", str(self.state))  # detached now, freed when the last user goes
 
     async def close(self) -> None:
         for live in self.sandboxes.values():
@@ -340,6 +342,18 @@ class LocalRuntime:
         finally:
             os.write(ready_w, b"1")
             os.close(ready_w)
+        live.record.idle_pid = self._first_child(live.record.init_pid)
+
+    @staticmethod
+    def _first_child(pid: int, timeout: float = 5.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                if children:
+                    return int(children[0])
+            time.sleep(0.0005)
+        raise SandboxFailed("the sandbox's init process did not start its idle process")
 
     async def _start_gateway(self, live: _Live) -> None:
         spec = SandboxSpec.model_validate(live.record.spec)
@@ -403,7 +417,7 @@ class LocalRuntime:
         user = request.user or spec.user
         cwd = normalize(request.cwd or spec.workdir)
         # -w: the init's cwd, which is the workdir
-        argv = ["nsenter", "-t", str(live.record.init_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w"]
+        argv = ["nsenter", "-t", str(live.record.idle_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w"]
         if user != "root":
             argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
         argv.append("--")
@@ -425,10 +439,13 @@ class LocalRuntime:
             cgroup_join()
             set_no_new_privs()
 
-        proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, preexec_fn=prepare, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE if request.stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            proc = subprocess.Popen(
+                argv, env=env, preexec_fn=prepare, start_new_session=True,
+                stdin=subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except subprocess.SubprocessError as e:
+            raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
         stdin = request.stdin.encode() if request.stdin is not None else None
         async for item in execution.run_process(proc, stdin=stdin, timeout=request.timeout,
                                                 cap=request.output_cap):

@@ -1,0 +1,38 @@
+"""Limits hold, and neither the sandbox nor the test process suffers when one is hit."""
+
+from __future__ import annotations
+
+import os
+
+MEMORY_HOG = "python3 -c 'b = []\nwhile True: b.append(bytearray(16 * 2**20))'"
+
+
+def test_memory_hog_is_killed(client, image):
+    with client.create_sandbox(image, memory="128Mi") as sb:
+        r = sb.exec(MEMORY_HOG, timeout=60)
+        assert r.exit_code != 0 and not r.timed_out
+        assert r.exit_code in (-9, 137) or "MemoryError" in r.stderr
+        assert sb.exec("echo alive").stdout == "alive\n"
+
+
+def test_fork_bomb_stops_at_the_pids_limit(client, image):
+    with client.create_sandbox(image, pids=40) as sb:
+        r = sb.exec("for i in $(seq 1 200); do sleep 30 & done; wait", timeout=20)
+        assert r.exit_code != 0 or r.timed_out or "fork" in r.stderr.lower() or "resource" in r.stderr.lower()
+        count = sb.exec("ps -e --no-headers | wc -l", timeout=20)
+        assert count.exit_code == 0 and int(count.stdout) <= 40
+    assert os.fork  # the test process can still fork
+    assert os.system("true") == 0
+
+
+def test_disk_filler_hits_its_quota(client, image):
+    with client.create_sandbox(image, disk="64Mi") as sb:
+        r = sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=200", timeout=60)
+        assert r.exit_code != 0 and "space" in r.stderr.lower()
+        sb.exec("rm -f /workspace/big")
+        assert sb.exec("echo ok > /workspace/small && cat /workspace/small").stdout == "ok\n"
+
+
+def test_cpu_limit_is_applied(client, image):
+    with client.create_sandbox(image, cpu=0.5) as sb:
+        assert sb.exec("echo runs").stdout == "runs\n"
