@@ -1,0 +1,72 @@
+"""The conformance suite runs every test once per runtime: what passes on `local` must pass on
+`docker` (and on the HTTP transport once it exists). A runtime is skipped only when this machine
+cannot run it, and the skip says why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pomona import SandboxClient
+from tests.conftest import docker_available
+
+RUNTIMES = ["local", "docker"]
+
+
+@pytest.fixture(scope="session")
+def state_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="pomona-conformance-"))
+    yield root
+
+
+def _image_for(runtime: str) -> str:
+    if runtime == "local":
+        return "host"
+    from tests.images import debian_image
+
+    return debian_image()
+
+
+@pytest.fixture(scope="session", params=RUNTIMES)
+def runtime_name(request: pytest.FixtureRequest) -> str:
+    if request.param == "docker" and not docker_available():
+        pytest.skip("no Docker engine running (./dev services starts one)")
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def client(runtime_name: str, state_root: Path) -> Iterator[SandboxClient]:
+    state = state_root / runtime_name
+    with SandboxClient(runtime_name, state_dir=str(state)) as c:
+        yield c
+    leftovers = SandboxClient(runtime_name, state_dir=str(state), auto_cleanup=False)
+    try:
+        assert leftovers.list_sandboxes() == [], "the suite left sandboxes behind"
+    finally:
+        leftovers.close()
+    if runtime_name == "local":
+        from pomona.orchestrator.runtimes.local import LocalRuntime
+
+        LocalRuntime(state).unmount_store()
+
+
+@pytest.fixture(scope="session")
+def image(runtime_name: str) -> str:
+    return _image_for(runtime_name)
+
+
+@pytest.fixture
+def sandbox(client: SandboxClient, image: str):
+    with client.create_sandbox(image, timeout=600, labels={"suite": "conformance"}) as sb:
+        yield sb
+
+
+def host_processes_matching(pattern: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(os.getpid()) not in line.split()[0]]
