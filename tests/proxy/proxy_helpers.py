@@ -13,19 +13,31 @@ CHAT_BASH = {
     "function": {
         "name": "bash",
         "description": "run a shell command",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
     },
 }
 RESPONSES_EXEC = {
     "type": "function",
     "name": "exec_command",
     "description": "run a command",
-    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    "parameters": {
+        "type": "object",
+        "properties": {"cmd": {"type": "string"}},
+        "required": ["cmd"],
+    },
 }
 ANTHROPIC_BASH = {
     "name": "Bash",
     "description": "run a shell command",
-    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    },
 }
 COMMAND = "echo hello > out.txt"
 
@@ -46,4 +58,3 @@ def request_of(row: dict) -> dict:
 
 def response_of(row: dict) -> dict:
     return json.loads(row["response"])
-

@@ -45,23 +45,31 @@ def fake_upstream() -> FastAPI:
         app.state.seen.append((request.url.path, dict(request.headers), body))
         model = body["model"]
         if model == "rate-limited":
-            return Response(b'{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limit"}}', 429, media_type="application/json")
+            return Response(
+                b'{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limit"}}',
+                429,
+                media_type="application/json",
+            )
         if model == "broken":
             return Response(b"<html>internal error</html>", 500, media_type="text/html")
         if model == "slow":
             await asyncio.sleep(5)
         if model in ("cut", "hang"):
+
             async def cut():
                 yield VLLM_STREAM[0]
                 yield VLLM_STREAM[1][:40]  # then the connection dies mid-event
                 if model == "hang":
                     await asyncio.sleep(30)
                 raise RuntimeError("upstream died")
+
             return StreamingResponse(cut(), media_type="text/event-stream")
         if body.get("stream"):
+
             async def chunks():
                 for c in VLLM_STREAM:
                     yield c
+
             return StreamingResponse(chunks(), media_type="text/event-stream")
         return Response(VLLM_BODY, media_type="application/json")
 
@@ -88,7 +96,10 @@ def scripted_upstream():
 
 
 def _route(name: str, model: str, base: str, **info) -> dict:
-    entry = {"model_name": name, "litellm_params": {"model": model, "api_base": base, "api_key": "sk-upstream-secret"}}
+    entry = {
+        "model_name": name,
+        "litellm_params": {"model": model, "api_base": base, "api_key": "sk-upstream-secret"},
+    }
     if info:
         entry["model_info"] = {"pomona": info}
     return entry
@@ -98,21 +109,32 @@ def _route(name: str, model: str, base: str, **info) -> dict:
 def front(runs, fake, scripted_upstream):
     models = [
         _route("vllm", "hosted_vllm/q", f"{fake.url}/v1"),
-        *(_route(n, f"openai/{n}", f"{fake.url}/v1") for n in ("rate-limited", "broken", "slow", "cut", "hang")),
+        *(
+            _route(n, f"openai/{n}", f"{fake.url}/v1")
+            for n in ("rate-limited", "broken", "slow", "cut", "hang")
+        ),
         _route("scripted-chat", "hosted_vllm/scripted", f"{scripted_upstream.url}/v1"),
         _route("scripted-anthropic", "anthropic/scripted", scripted_upstream.url),
         _route("down", "openai/x", f"http://127.0.0.1:{free_port()}/v1"),
     ]
-    with ProxyServer(ProxyConfig.from_model_list(models, trajectories=runs, upstream_timeout=1.0)) as p:
+    with ProxyServer(
+        ProxyConfig.from_model_list(models, trajectories=runs, upstream_timeout=1.0)
+    ) as p:
         yield p
 
 
 def test_passthrough_keeps_unknown_fields_byte_for_byte(front, runs, fake):
     ep = front.open_episode()
-    r = httpx.post(f"{ep['base_url']}/chat/completions", json={"model": "vllm", "messages": [{"role": "user", "content": "x"}]}, headers={"authorization": "Bearer sk-client-secret"})
+    r = httpx.post(
+        f"{ep['base_url']}/chat/completions",
+        json={"model": "vllm", "messages": [{"role": "user", "content": "x"}]},
+        headers={"authorization": "Bearer sk-client-secret"},
+    )
     assert r.status_code == 200 and r.content == VLLM_BODY
     path, headers, body = fake.app.state.seen[-1]
-    assert headers["authorization"] == "Bearer sk-upstream-secret"  # the route's key replaces the caller's
+    assert (
+        headers["authorization"] == "Bearer sk-upstream-secret"
+    )  # the route's key replaces the caller's
     assert body["model"] == "q" and body["return_token_ids"] is True and body["logprobs"] is True
     (row,) = calls(runs, 1)
     assert row["response"].encode() == VLLM_BODY and row["upstream"] == "passthrough"
@@ -124,12 +146,20 @@ def test_passthrough_keeps_unknown_fields_byte_for_byte(front, runs, fake):
 
 def test_passthrough_stream_is_relayed_unchanged_and_assembled(front, runs):
     ep = front.open_episode()
-    with httpx.stream("POST", f"{ep['base_url']}/chat/completions", json={"model": "vllm", "stream": True, "messages": [], "tools": [CHAT_BASH]}) as r:
+    with httpx.stream(
+        "POST",
+        f"{ep['base_url']}/chat/completions",
+        json={"model": "vllm", "stream": True, "messages": [], "tools": [CHAT_BASH]},
+    ) as r:
         got = b"".join(r.iter_bytes())
     assert got == b"".join(VLLM_STREAM)
     (row,) = calls(runs, 1)
     final = response_of(row)
-    assert final["choices"][0]["message"] == {"role": "assistant", "content": "hi", "reasoning_content": "th"}
+    assert final["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "hi",
+        "reasoning_content": "th",
+    }
     assert row["prompt_token_ids"] == [1, 2, 3] and row["completion_token_ids"] == [7, 8]
     assert row["token_faithful"] is True and row["status"] == "ok"
 
@@ -140,13 +170,39 @@ def test_token_faithfulness_through_a_scripted_vllm_upstream(front, runs):
     ep = front.open_episode(script=[COMMAND, "ls"])
     client = openai.OpenAI(base_url=ep["base_url"], api_key="k")
     messages = [{"role": "user", "content": "go"}]
-    first = client.chat.completions.create(model="scripted-chat", messages=messages, tools=[CHAT_BASH]).choices[0].message
+    first = (
+        client.chat.completions.create(model="scripted-chat", messages=messages, tools=[CHAT_BASH])
+        .choices[0]
+        .message
+    )
     tc = first.tool_calls[0]
-    assistant = {"role": "assistant", "content": None, "tool_calls": [{"id": tc.id, "type": "function", "function": {"name": tc.function.name, "arguments": tc.function.arguments}}]}
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": tc.id,
+                "type": "function",
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+            }
+        ],
+    }
     faithful = [*messages, assistant, {"role": "tool", "tool_call_id": tc.id, "content": "ok"}]
     client.chat.completions.create(model="scripted-chat", messages=faithful, tools=[CHAT_BASH])
-    rewritten = {**assistant, "tool_calls": [{**assistant["tool_calls"][0], "function": {"name": "bash", "arguments": '{"command":"echo hello > out.txt"}'}}]}
-    client.chat.completions.create(model="scripted-chat", messages=[*faithful, rewritten, {"role": "tool", "tool_call_id": tc.id, "content": "ok"}], tools=[CHAT_BASH])
+    rewritten = {
+        **assistant,
+        "tool_calls": [
+            {
+                **assistant["tool_calls"][0],
+                "function": {"name": "bash", "arguments": '{"command":"echo hello > out.txt"}'},
+            }
+        ],
+    }
+    client.chat.completions.create(
+        model="scripted-chat",
+        messages=[*faithful, rewritten, {"role": "tool", "tool_call_id": tc.id, "content": "ok"}],
+        tools=[CHAT_BASH],
+    )
     rows = calls(runs, 3)
     assert [r["token_faithful"] for r in rows] == [True, True, False]
     assert rows[0]["token_faithful_reason"] == "first call of the episode"
@@ -158,7 +214,12 @@ def test_token_faithfulness_through_a_scripted_vllm_upstream(front, runs):
 def test_translation_chat_caller_to_anthropic_upstream(front, runs, scripted_upstream):
     """A chat client served by an Anthropic-dialect upstream: LiteLLM translates both ways."""
     client = openai.OpenAI(base_url=front.open_episode()["base_url"], api_key="k")
-    got = client.chat.completions.create(model="scripted-anthropic", messages=[{"role": "user", "content": "go"}], tools=[CHAT_BASH], max_tokens=100)
+    got = client.chat.completions.create(
+        model="scripted-anthropic",
+        messages=[{"role": "user", "content": "go"}],
+        tools=[CHAT_BASH],
+        max_tokens=100,
+    )
     tc = got.choices[0].message.tool_calls[0]
     assert tc.function.name == "bash" and json.loads(tc.function.arguments) == {"command": COMMAND}
     (row,) = calls(runs, 1)
@@ -167,7 +228,12 @@ def test_translation_chat_caller_to_anthropic_upstream(front, runs, scripted_ups
 
 def test_translation_anthropic_caller_to_chat_upstream(front, runs):
     client = anthropic.Anthropic(base_url=front.open_episode()["anthropic_base_url"], api_key="k")
-    msg = client.messages.create(model="scripted-chat", max_tokens=100, messages=[{"role": "user", "content": "go"}], tools=[ANTHROPIC_BASH])
+    msg = client.messages.create(
+        model="scripted-chat",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "go"}],
+        tools=[ANTHROPIC_BASH],
+    )
     block = next(b for b in msg.content if b.type == "tool_use")
     assert block.name == "Bash" and block.input == {"command": COMMAND}
     (row,) = calls(runs, 1)
@@ -176,7 +242,12 @@ def test_translation_anthropic_caller_to_chat_upstream(front, runs):
 
 @pytest.mark.parametrize(
     ("model", "status", "kind"),
-    [("rate-limited", 429, "rate_limit_error"), ("broken", 500, "api_error"), ("slow", 504, "timeout_error"), ("down", 502, "api_error")],
+    [
+        ("rate-limited", 429, "rate_limit_error"),
+        ("broken", 500, "api_error"),
+        ("slow", 504, "timeout_error"),
+        ("down", 502, "api_error"),
+    ],
 )
 def test_upstream_failures_reach_the_client_in_its_dialect(front, runs, model, status, kind):
     ep = front.open_episode()
@@ -184,18 +255,33 @@ def test_upstream_failures_reach_the_client_in_its_dialect(front, runs, model, s
     with pytest.raises(openai.APIStatusError) as err:
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
     assert err.value.status_code == status
-    assert err.value.body["type"] == kind if model != "rate-limited" else err.value.body["code"] == "rate_limit"
+    assert (
+        err.value.body["type"] == kind
+        if model != "rate-limited"
+        else err.value.body["code"] == "rate_limit"
+    )
     (row,) = calls(runs, 1)
     assert row["status"] == "upstream_error" and row["status_code"] == status and row["error"]
 
 
 def test_upstream_down_in_anthropic_dialect(front, runs):
-    client = anthropic.Anthropic(base_url=front.open_episode()["anthropic_base_url"], api_key="k", max_retries=0)
-    front.config.models.append(front.config.route("down").__class__.from_entry(_route("down-a", "anthropic/x", f"http://127.0.0.1:{free_port()}")))
+    client = anthropic.Anthropic(
+        base_url=front.open_episode()["anthropic_base_url"], api_key="k", max_retries=0
+    )
+    front.config.models.append(
+        front.config.route("down").__class__.from_entry(
+            _route("down-a", "anthropic/x", f"http://127.0.0.1:{free_port()}")
+        )
+    )
     with pytest.raises(anthropic.APIStatusError) as err:
-        client.messages.create(model="down-a", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        client.messages.create(
+            model="down-a", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     assert err.value.status_code == 502
-    assert err.value.body == {"type": "error", "error": {"type": "api_error", "message": err.value.body["error"]["message"]}}
+    assert err.value.body == {
+        "type": "error",
+        "error": {"type": "api_error", "message": err.value.body["error"]["message"]},
+    }
     assert calls(runs, 1)[0]["status"] == "upstream_error"
 
 
@@ -205,13 +291,19 @@ def test_stream_cut_halfway_ends_in_a_dialect_error(front, runs):
     with pytest.raises(openai.APIError):
         list(client.chat.completions.create(model="cut", messages=[], stream=True))
     (row,) = calls(runs, 1)
-    assert row["status"] == "upstream_error" and row["response_stream"].startswith(VLLM_STREAM[0].decode())
+    assert row["status"] == "upstream_error" and row["response_stream"].startswith(
+        VLLM_STREAM[0].decode()
+    )
     assert '"error"' in row["response_stream"].rsplit("data: ", 1)[-1]
 
 
 def test_client_disconnect_mid_stream_leaves_an_incomplete_record(front, runs):
     ep = front.open_episode()
-    with httpx.stream("POST", f"{ep['base_url']}/chat/completions", json={"model": "hang", "stream": True, "messages": []}) as r:
+    with httpx.stream(
+        "POST",
+        f"{ep['base_url']}/chat/completions",
+        json={"model": "hang", "stream": True, "messages": []},
+    ) as r:
         next(r.iter_raw())  # the first event arrived; now hang up
     (row,) = calls(runs, 1)
     assert row["status"] == "incomplete" and "disconnected" in row["error"]

@@ -27,6 +27,9 @@ _usage = pa.struct(
 )
 
 
+_artifacts = pa.list_(pa.struct([pa.field("name", pa.string()), pa.field("uri", pa.string())]))
+
+
 def _schema(table: str, fields: list[pa.Field]) -> pa.Schema:
     return pa.schema(
         fields, metadata={"pomona.table": table, "pomona.schema_version": SCHEMA_VERSION}
@@ -81,7 +84,7 @@ EPISODES = _schema(
         pa.field("resolved", pa.bool_()),
         pa.field("failure_kind", pa.string()),  # one of FAILURE_KINDS
         pa.field("failure_message", pa.string()),
-        pa.field("artifacts", pa.map_(pa.string(), pa.string())),  # name -> path or URI
+        pa.field("artifacts", _artifacts),  # [{name, uri}]; not a map: `datasets` has no map type
         pa.field("metadata", pa.string()),  # JSON
         pa.field("num_calls", pa.int64()),
         pa.field("started_at", _ts),

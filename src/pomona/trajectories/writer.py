@@ -92,5 +92,5 @@ class TrajectoryWriter:
         if "status" in out and out["status"] not in (None, *CALL_STATUSES):
             raise ValueError(f"status must be one of {CALL_STATUSES}, not {out['status']!r}")
         if isinstance(out.get("artifacts"), Mapping):
-            out["artifacts"] = list(out["artifacts"].items())
+            out["artifacts"] = [{"name": k, "uri": str(v)} for k, v in out["artifacts"].items()]
         return out
