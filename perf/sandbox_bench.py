@@ -1,0 +1,211 @@
+"""Sandbox performance, measured side by side, with Orchard Env's methodology.
+
+For each runtime: N sandboxes run concurrently, each create -> the four commands -> delete
+(reference/orchard.md section 5: `python -c ...`, `ls /`, `cat /etc/os-release | head -1`, and the
+same with a login shell). Reported: create (to ready) and exec p50/p90/p99, throughput in
+commands per second of wall time, success rate. Then what a user would do instead: plain
+`docker run` and `docker exec` with the CLI. Then snapshot and fork(8) of a 200 MB workspace.
+
+    .venv/bin/python perf/sandbox_bench.py [--n-local 1000] [--n-docker 50]
+
+Prints one table; no assertion anywhere. Percentiles interpolate as Orchard's do: k=(n-1)p/100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pomona import AsyncSandboxClient  # noqa: E402
+
+COMMANDS = [
+    ("python3 -c 'import sys; print(f\"Python {sys.version}\")'", False),
+    ("ls /", False),
+    ("cat /etc/os-release | head -1", False),
+    ("cat /etc/os-release | head -1", True),
+]
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def ms(v: float) -> str:
+    return f"{v * 1000:.1f}" if v == v else "n/a"
+
+
+async def orchard_run(runtime: str, image: str, n: int, state: str) -> dict:
+    creates, execs, ok, errors = [], [], 0, []
+    async with AsyncSandboxClient(runtime, state_dir=state) as client:
+        warm = await client.create_sandbox(image)  # image unpacked / layers cached, as Orchard's pre-pulled nodes
+        await warm.delete()
+
+        async def one(i: int) -> None:
+            nonlocal ok
+            try:
+                t = time.perf_counter()
+                sb = await client.create_sandbox(image, labels={"bench": "orchard"})
+                creates.append(time.perf_counter() - t)
+                for command, login in COMMANDS:
+                    t = time.perf_counter()
+                    r = await sb.exec(command, login_shell=login, timeout=120)
+                    execs.append(time.perf_counter() - t)
+                    if r.exit_code != 0:
+                        raise RuntimeError(f"{command!r} exited {r.exit_code}: {r.stderr[:200]}")
+                await sb.delete()
+                ok += 1
+            except Exception as e:  # a failure is data here
+                errors.append(repr(e))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        wall = time.perf_counter() - start
+    return {"n": n, "creates": creates, "execs": execs, "ok": ok, "wall": wall, "errors": errors}
+
+
+async def sequential(runtime: str, image: str, state: str, count: int = 200) -> tuple[list[float], list[float]]:
+    """One at a time: the latency a single agent loop sees, without 2-core contention."""
+    async with AsyncSandboxClient(runtime, state_dir=state) as client:
+        creates = []
+        for _ in range(min(count, 50)):
+            t = time.perf_counter()
+            sb = await client.create_sandbox(image)
+            creates.append(time.perf_counter() - t)
+            await sb.delete()
+        sb = await client.create_sandbox(image)
+        execs = []
+        for _ in range(count):
+            t = time.perf_counter()
+            await sb.exec(["true"])
+            execs.append(time.perf_counter() - t)
+        return creates, execs
+
+
+def docker_cli(image: str, n: int) -> tuple[list[float], list[float]]:
+    runs, execs = [], []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run(["docker", "run", "--rm", "--network", "none", image, "true"], check=True,
+                       capture_output=True)
+        runs.append(time.perf_counter() - t)
+    name = f"pomona-bench-{os.getpid()}"
+    subprocess.run(["docker", "run", "-d", "--name", name, "--network", "none", image, "sleep", "600"],
+                   check=True, capture_output=True)
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            subprocess.run(["docker", "exec", name, "true"], check=True, capture_output=True)
+            execs.append(time.perf_counter() - t)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    return runs, execs
+
+
+async def snapshot_fork(runtime: str, image: str, state: str) -> tuple[float, float, float]:
+    async with AsyncSandboxClient(runtime, state_dir=state) as client:
+        sb = await client.create_sandbox(image)
+        r = await sb.exec("mkdir -p /workspace/data && for i in $(seq 1 200); do "
+                          "head -c 1048576 /dev/urandom > /workspace/data/f$i; done; du -sm /workspace",
+                          timeout=600)
+        assert r.exit_code == 0, r.stderr
+        t = time.perf_counter()
+        snap = await sb.snapshot()
+        snap_time = time.perf_counter() - t
+        t = time.perf_counter()
+        forks = await client.fork(snap, 8)
+        fork_time = time.perf_counter() - t
+        t = time.perf_counter()
+        checks = await asyncio.gather(*(f.exec("ls /workspace/data | wc -l") for f in forks))
+        check_time = time.perf_counter() - t
+        assert all(c.stdout.strip() == "200" for c in checks)
+        for f in forks:
+            await f.delete()
+        await sb.delete()
+        await client.delete_snapshot(snap)
+        return snap_time, fork_time, check_time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n-local", type=int, default=1000)
+    parser.add_argument("--n-docker", type=int, default=50)
+    parser.add_argument("--skip-docker", action="store_true")
+    args = parser.parse_args()
+    state = tempfile.mkdtemp(prefix="pomona-bench-")
+    rows: list[tuple[str, ...]] = []
+    have_docker = not args.skip_docker and shutil.which("docker") and \
+        subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    docker_image = None
+    if have_docker:
+        from tests.images import debian_image
+
+        docker_image = debian_image()
+
+    targets = [("local", "host", args.n_local, state + "/local")]
+    if have_docker:
+        targets.append(("docker", docker_image, args.n_docker, state + "/docker"))
+    for runtime, image, n, st in targets:
+        try:
+            res = asyncio.run(orchard_run(runtime, image, n, st))
+        except Exception as e:
+            rows.append((f"pomona {runtime}: orchard full", "failed", repr(e)[:80]))
+            continue
+        rows.append((f"pomona {runtime}: create-to-ready (N={n} concurrent)",
+                     ms(pct(res["creates"], 50)), ms(pct(res["creates"], 90)), ms(pct(res["creates"], 99)),
+                     ""))
+        rows.append((f"pomona {runtime}: exec, 4 Orchard commands (N={n})",
+                     ms(pct(res["execs"], 50)), ms(pct(res["execs"], 90)), ms(pct(res["execs"], 99)),
+                     f"{len(res['execs']) / res['wall']:.0f} cmd/s, {100 * res['ok'] / n:.1f}% ok, "
+                     f"{res['wall']:.1f} s wall"))
+        if res["errors"]:
+            rows.append((f"  first error ({len(res['errors'])})", res["errors"][0][:100]))
+        seq_creates, seq = asyncio.run(sequential(runtime, image, st))
+        rows.append((f"pomona {runtime}: create-to-ready, sequential x50",
+                     ms(pct(seq_creates, 50)), ms(pct(seq_creates, 90)), ms(pct(seq_creates, 99)), ""))
+        rows.append((f"pomona {runtime}: exec `true`, sequential x200",
+                     ms(pct(seq, 50)), ms(pct(seq, 90)), ms(pct(seq, 99)), ""))
+        try:
+            snap, fork, check = asyncio.run(snapshot_fork(runtime, image, st))
+            rows.append((f"pomona {runtime}: snapshot of 200 MB workspace", ms(snap), "", "", ""))
+            rows.append((f"pomona {runtime}: fork(8) from it, total", ms(fork), "", "",
+                         f"first exec in all 8: {ms(check)} ms"))
+        except Exception as e:
+            rows.append((f"pomona {runtime}: snapshot/fork", "failed", repr(e)[:80]))
+    if have_docker:
+        runs, execs = docker_cli(docker_image, 30)
+        rows.append(("docker CLI: docker run --rm true (x30)", ms(pct(runs, 50)), ms(pct(runs, 90)),
+                     ms(pct(runs, 99)), ""))
+        rows.append(("docker CLI: docker exec true (x30)", ms(pct(execs, 50)), ms(pct(execs, 90)),
+                     ms(pct(execs, 99)), ""))
+    rows.append(("Orchard Env (published): exec average", "280", "", "", "k8s; 1,000 sandboxes in 26 s"))
+    rows.append(("Orchard Env (published): create average", "11750", "", "", "~154 cmd/s"))
+
+    print(f"\nmachine: {platform.node()} {os.cpu_count()} cores, "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+          f"kernel {platform.release()}, Python {platform.python_version()}\n")
+    header = ("what", "p50 ms", "p90 ms", "p99 ms", "notes")
+    widths = [max(len(str(r[i])) if i < len(r) else 0 for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        print(" | ".join(str(row[i] if i < len(row) else "").ljust(widths[i]) for i in range(5)))
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    LocalRuntime(state + "/local").unmount_store()
+
+
+if __name__ == "__main__":
+    main()
