@@ -853,6 +853,8 @@ class DockerRuntime:
             src = tarfile.open(fileobj=io.BytesIO(tar), mode="r:*")
         except tarfile.TarError as e:
             raise InvalidRequest(f"not a tar archive: {e}") from None
+        declared: dict[str, str] = {}  # what the archive itself made so far: path -> "dir"/"link"/...
+        check: set[str] = set()  # existing directories members go through: must not be symlinks
         with src, tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
             for member in src:
                 parts = [p for p in member.name.split("/") if p not in ("", ".")]
@@ -860,6 +862,16 @@ class DockerRuntime:
                     raise PathOutsideSandbox(f"archive member {member.name!r} points outside the target")
                 if not parts:
                     continue
+                for i in range(1, len(parts)):
+                    prefix = "/".join(parts[:i])
+                    kind = declared.get(prefix)
+                    if kind is None:
+                        check.add(prefix)
+                    elif kind != "dir":
+                        raise PathOutsideSandbox(
+                            f"archive member {member.name!r} goes through {prefix!r}, which is not a directory")
+                declared["/".join(parts)] = ("dir" if member.isdir() else "link" if member.issym()
+                                             else "file")
                 data = None
                 if member.isdir():
                     clean = _tar_member("/".join(parts), live.uid, member.mode & 0o777, tarfile.DIRTYPE)
@@ -877,7 +889,24 @@ class DockerRuntime:
                 dst.addfile(clean, data)
         await self._ensure_dir(live, path)
         resolved, _ = await self._resolve(live, path)
+        await self._check_no_links(live, resolved, check)
         await self._put(live, resolved, out.getvalue())
+
+    async def _check_no_links(self, live: _Live, base: str, prefixes: set[str]) -> None:
+        """Refuse an upload whose members would pass through a symlink already in the sandbox
+        (the engine would follow it, inside the container; the contract is to never follow)."""
+        missing: list[str] = []
+        for prefix in sorted(prefixes, key=lambda p: p.count("/")):
+            if any(prefix.startswith(m + "/") for m in missing):
+                continue  # under a directory that does not exist yet: nothing to follow
+            info = await self._stat_raw(live, posixpath.join(base, prefix))
+            if info is None:
+                missing.append(prefix)
+            elif info.type == "symlink":
+                raise PathOutsideSandbox(f"{posixpath.join(base, prefix)} is a symlink; an upload "
+                                         "never writes through links")
+            elif info.type != "directory":
+                raise InvalidRequest(f"{posixpath.join(base, prefix)} is not a directory")
 
     # -- snapshot and fork --------------------------------------------------------------------
 
