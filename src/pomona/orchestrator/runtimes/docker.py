@@ -81,6 +81,10 @@ HOME = "/home/pomona"
 DEFAULT_SOCKETS = {"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"}
 SNAPSHOT_REPO = "pomona-snapshot"
 MAX_LINKS = 40
+# Static inits (tini or catatonit) a container can borrow when the engine's own is missing
+HOST_INITS = ("/usr/bin/catatonit", "/usr/libexec/podman/catatonit", "/usr/bin/tini-static",
+              "/usr/bin/docker-init")
+INIT_MOUNT = "/dev/.pomona-init"  # in the container's private /dev: never part of a snapshot
 # Go's os.FileMode bits, as the engine reports them in the archive stat header
 _GO_DIR, _GO_SYMLINK, _GO_SETUID, _GO_SETGID, _GO_STICKY = 1 << 31, 1 << 27, 1 << 23, 1 << 22, 1 << 20
 _GO_OTHER = (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)  # device, pipe, socket, char, irregular
@@ -428,7 +432,7 @@ class DockerRuntime:
             image = self._snapshot_ref(snapshot.id)
             try:
                 await self._call(self.client.images.get, image)
-            except self.errors.ImageNotFound:
+            except self.errors.NotFound:
                 raise SnapshotNotFound(snapshot.id) from None
         else:
             image = await self._image(spec.image)
@@ -452,7 +456,17 @@ class DockerRuntime:
         if limits.disk:
             options["storage_opt"] = {"size": str(limits.disk)}
         try:
-            container = await self._call(self.client.containers.create, **options)
+            try:
+                container = await self._call(self.client.containers.create, **options)
+            except self.errors.APIError as e:
+                host_init = next((p for p in HOST_INITS if os.path.exists(p)), None)
+                if "init binary not found" not in self._explain(e) or not host_init:
+                    raise
+                # Podman's Docker-compatible API looks for catatonit only (it ignores
+                # containers.conf init_path): bring a static init from the host instead.
+                options.update(init=False, command=[INIT_MOUNT, "--", "sleep", "infinity"],
+                               volumes={os.path.realpath(host_init): {"bind": INIT_MOUNT, "mode": "ro"}})
+                container = await self._call(self.client.containers.create, **options)
         except self.errors.APIError as e:
             if e.status_code == 409:
                 raise SandboxConflict(f"sandbox {sandbox_id!r} is being created or removed") from None
@@ -500,7 +514,7 @@ class DockerRuntime:
         try:
             await self._call(self.client.images.get, ref)
             return ref
-        except self.errors.ImageNotFound:
+        except self.errors.NotFound:
             pass
         except self.errors.APIError as e:
             raise ImageNotFound(f"image {ref!r}: {self._explain(e)}") from None
@@ -913,7 +927,7 @@ class DockerRuntime:
     async def snapshot(self, sandbox_id: str, snapshot_id: str) -> SnapshotInfo:
         live = self._get(sandbox_id)
         ref = self._snapshot_ref(snapshot_id)
-        with contextlib.suppress(self.errors.ImageNotFound):
+        with contextlib.suppress(self.errors.NotFound):
             await self._call(self.client.images.get, ref)
             raise SandboxConflict(f"snapshot {snapshot_id!r} already exists")
         info = SnapshotInfo(id=snapshot_id, sandbox_id=sandbox_id, runtime=self.name, spec=live.spec,
@@ -945,7 +959,7 @@ class DockerRuntime:
         try:
             await self._call(self.api.remove_image, ref, force=False, noprune=False)
             return True
-        except self.errors.ImageNotFound:
+        except self.errors.NotFound:
             return False
         except self.errors.APIError as e:
             if e.status_code == 409:
