@@ -46,7 +46,10 @@ class TrajectoryWriter:
 
     def write_many(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append rows as one record batch and flush it."""
-        batch = pa.RecordBatch.from_pylist([self._check(r) for r in rows], schema=self.schema)
+        checked = [self._check(r) for r in rows]
+        # Column by column is ~3x cheaper than from_pylist, and this runs once per model call.
+        columns = [pa.array([r.get(f.name) for r in checked], type=f.type) for f in self.schema]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         if batch.num_rows == 0:
             return
         with self._lock:
