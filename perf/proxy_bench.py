@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -28,8 +30,21 @@ import httpx
 
 from pomona import trajectories
 
-BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    },
+}
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "go"}], "tools": [BASH]}
+
+
+LITELLM_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOG": "ERROR",
+    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",  # a local bench, no auth
+}
 
 
 def free_port() -> int:
@@ -49,8 +64,12 @@ def wait_up(url: str, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
-def serve(argv: list[str], health: str, log: Path, timeout: float = 60, env: dict | None = None) -> subprocess.Popen | None:
-    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+def serve(
+    argv: list[str], health: str, log: Path, timeout: float = 60, env: dict | None = None
+) -> subprocess.Popen | None:
+    proc = subprocess.Popen(
+        argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     if wait_up(health, proc, timeout):
         return proc
     proc.kill()
@@ -58,42 +77,90 @@ def serve(argv: list[str], health: str, log: Path, timeout: float = 60, env: dic
     return None
 
 
-def latencies(client: httpx.Client, url: str, body: dict, n: int, stream: bool) -> list[float]:
+class RawClient:
+    """A minimal keep-alive HTTP/1.1 client over one socket, so the client's own cost (httpx
+    spends milliseconds per streamed call) does not hide the servers'. Like wrk, but in Python."""
+
+    def __init__(self, url: str, body: dict):
+        u = httpx.URL(url)
+        payload = json.dumps(body).encode()
+        head = f"POST {u.raw_path.decode()} HTTP/1.1\r\nHost: {u.host}:{u.port}\r\nContent-Type: application/json\r\n"
+        self.request = f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload
+        self.sock = socket.create_connection((u.host, u.port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def call(self) -> tuple[float, float]:
+        """(time to the first response byte, time to the whole response), in ms."""
+        t0 = time.perf_counter()
+        self.sock.sendall(self.request)
+        data = self.sock.recv(65536)
+        first = time.perf_counter()
+        while not self._complete(data):
+            more = self.sock.recv(65536)
+            if not more:
+                raise ConnectionError("the server closed the connection")
+            data += more
+        if not data.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(data[:300].decode(errors="replace"))
+        return (first - t0) * 1000, (time.perf_counter() - t0) * 1000
+
+    @staticmethod
+    def _complete(data: bytes) -> bool:
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if not sep:
+            return False
+        m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        if m:
+            return len(body) >= int(m.group(1))
+        return body.endswith(b"0\r\n\r\n")  # chunked: the last chunk has arrived
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def median_ms(url: str, body: dict, n: int, stream: bool) -> float:
     """Per-call ms: whole call when not streaming, time to first byte when streaming."""
-    out = []
-    for i in range(n + 20):
-        t0 = time.perf_counter()
-        if stream:
-            with client.stream("POST", url, json={**body, "stream": True}) as r:
-                chunks = r.iter_raw()
-                next(chunks)
-                t = time.perf_counter() - t0
-                for _ in chunks:
-                    pass
-        else:
-            r = client.post(url, json=body)
-            t = time.perf_counter() - t0
-        r.raise_for_status()
-        if i >= 20:  # warm-up calls are not counted
-            out.append(t * 1000)
-    return out
+    client = RawClient(url, {**body, "stream": stream})
+    try:
+        samples = [client.call() for _ in range(n + 20)][20:]  # warm-up calls are not counted
+    finally:
+        client.close()
+    return statistics.median(first if stream else whole for first, whole in samples)
 
 
-async def throughput(url: str, body: dict, total: int, concurrency: int = 32) -> float:
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency)) as client:
-        left = iter(range(total))
+CONCURRENCY = 16
 
-        async def worker():
-            for _ in left:
-                (await client.post(url, json=body)).raise_for_status()
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return total / (time.perf_counter() - t0)
+async def throughput(url: str, body: dict, total: int, concurrency: int = CONCURRENCY) -> float:
+    """Calls per second with `concurrency` keep-alive connections, non-streaming."""
+    request = RawClient(url, body)
+    request.close()
+    u = httpx.URL(url)
+    left = iter(range(total))
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection(u.host, u.port)
+        for _ in left:
+            writer.write(request.request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(head.decode(errors="replace"))
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            await reader.readexactly(length)
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return total / (time.perf_counter() - t0)
 
 
 def find_litellm(explicit: str | None) -> str | None:
-    for cand in (explicit, shutil.which("litellm"), str(Path(sys.executable).parent / "litellm")):
+    for cand in (
+        explicit,
+        os.environ.get("POMONA_LITELLM"),
+        shutil.which("litellm"),
+        str(Path(sys.executable).parent / "litellm"),
+    ):
         if cand and Path(cand).exists():
             return cand
     return None
@@ -112,14 +179,32 @@ def main() -> int:
     rows: list[tuple[str, str, float | None, str]] = []
     try:
         up_port = free_port()
-        up = serve([*py, "--port", str(up_port), "--no-record", "--script", str(work / "script.txt")], f"http://127.0.0.1:{up_port}/healthz", work / "upstream.log")
+        up = serve(
+            [*py, "--port", str(up_port), "--no-record", "--script", str(work / "script.txt")],
+            f"http://127.0.0.1:{up_port}/healthz",
+            work / "upstream.log",
+        )
         assert up, "the scripted upstream did not start"
         procs.append(up)
         upstream = f"http://127.0.0.1:{up_port}/v1"
         config = work / "models.yaml"
-        config.write_text(f"model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/scripted\n      api_base: {upstream}\n      api_key: sk-bench\n")
+        config.write_text(
+            f"model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/scripted\n      api_base: {upstream}\n      api_key: sk-bench\n"
+        )
         px_port = free_port()
-        px = serve([*py, "--port", str(px_port), "--config", str(config), "--trajectories", str(work / "runs")], f"http://127.0.0.1:{px_port}/healthz", work / "proxy.log")
+        px = serve(
+            [
+                *py,
+                "--port",
+                str(px_port),
+                "--config",
+                str(config),
+                "--trajectories",
+                str(work / "runs"),
+            ],
+            f"http://127.0.0.1:{px_port}/healthz",
+            work / "proxy.log",
+        )
         assert px, "the pomona proxy did not start"
         procs.append(px)
         key = httpx.post(f"http://127.0.0.1:{px_port}/episodes", json={}).json()["key"]
@@ -131,7 +216,13 @@ def main() -> int:
             litellm_note = "litellm CLI not found (install litellm[proxy])"
         else:
             ll_port = free_port()
-            ll = serve([cli, "--config", str(config), "--port", str(ll_port), "--num_workers", "1"], f"http://127.0.0.1:{ll_port}/health/liveliness", work / "litellm.log", timeout=120, env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"})
+            ll = serve(
+                [cli, "--config", str(config), "--port", str(ll_port), "--num_workers", "1"],
+                f"http://127.0.0.1:{ll_port}/health/liveliness",
+                work / "litellm.log",
+                timeout=120,
+                env=LITELLM_ENV,
+            )
             if ll is None:
                 tail = (work / "litellm.log").read_text().strip().splitlines()[-1:] or ["no output"]
                 litellm_note = f"`litellm --config` did not start here: {tail[0][:90]}"
@@ -139,35 +230,72 @@ def main() -> int:
                 procs.append(ll)
                 litellm_url = f"http://127.0.0.1:{ll_port}/v1/chat/completions"
 
-        with httpx.Client(limits=httpx.Limits(max_keepalive_connections=4)) as client:
-            for stream, what in ((False, "non-streaming call"), (True, "streaming TTFB")):
-                direct = statistics.median(latencies(client, f"{upstream}/chat/completions", {**BODY, "model": "scripted"}, args.calls, stream))
-                rows.append((what, "upstream directly", direct, ""))
-                pomona = statistics.median(latencies(client, pomona_url, BODY, args.calls, stream))
-                rows.append((what, "pomona proxy (recording)", pomona, f"+{pomona - direct:.2f} ms, x{pomona / direct:.2f}"))
-                if litellm_url:
-                    ll = statistics.median(latencies(client, litellm_url, BODY, args.calls, stream))
-                    rows.append((what, "litellm proxy", ll, f"+{ll - direct:.2f} ms, x{ll / direct:.2f}; pomona is x{ll / pomona:.1f} faster"))
-                else:
-                    rows.append((what, "litellm proxy", None, litellm_note))
+        for stream, what in ((False, "non-streaming call"), (True, "streaming TTFB")):
+            direct = median_ms(
+                f"{upstream}/chat/completions", {**BODY, "model": "scripted"}, args.calls, stream
+            )
+            rows.append((what, "upstream directly", direct, ""))
+            pomona = median_ms(pomona_url, BODY, args.calls, stream)
+            rows.append(
+                (
+                    what,
+                    "pomona proxy (recording)",
+                    pomona,
+                    f"+{pomona - direct:.2f} ms (x{pomona / direct:.2f})",
+                )
+            )
+            if litellm_url:
+                ll = median_ms(litellm_url, BODY, args.calls, stream)
+                note = f"+{ll - direct:.2f} ms (x{ll / direct:.2f}); pomona adds x{(ll - direct) / (pomona - direct):.0f} less"
+                rows.append((what, "litellm proxy (not recording)", ll, note))
+            else:
+                rows.append((what, "litellm proxy", None, litellm_note))
         before = trajectories.read(work / "runs").num_rows
-        scripted_key = httpx.post(f"http://127.0.0.1:{px_port}/episodes", json={"model": "scripted", "script": []}).json()["key"]
-        rate_builtin = asyncio.run(throughput(f"http://127.0.0.1:{px_port}/e/{scripted_key}/v1/chat/completions", BODY, args.load))
+        scripted_key = httpx.post(
+            f"http://127.0.0.1:{px_port}/episodes", json={"model": "scripted"}
+        ).json()["key"]
+        builtin_url = f"http://127.0.0.1:{px_port}/e/{scripted_key}/v1/chat/completions"
+        rate_builtin = asyncio.run(throughput(builtin_url, BODY, args.load))
         rate_pass = asyncio.run(throughput(pomona_url, BODY, args.load))
         recorded = trajectories.read(work / "runs").num_rows - before
-        rows.append(("recorded calls/s", "pomona, built-in scripted model", rate_builtin, "32 concurrent clients"))
-        rows.append(("recorded calls/s", "pomona, pass-through hop", rate_pass, f"{recorded} of {2 * args.load} calls recorded"))
+        rows.append(
+            (
+                "calls/s",
+                "pomona, built-in scripted model",
+                rate_builtin,
+                f"recorded; {CONCURRENCY} connections",
+            )
+        )
+        rows.append(
+            (
+                "calls/s",
+                "pomona, pass-through hop",
+                rate_pass,
+                f"{recorded} of {2 * args.load} calls recorded",
+            )
+        )
+        if litellm_url:
+            rate_ll = asyncio.run(throughput(litellm_url, BODY, args.load))
+            rows.append(("calls/s", "litellm proxy, same hop", rate_ll, "not recording"))
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    print(f"\nproxy_bench: {args.calls} sequential calls per latency row (medians), {os.cpu_count()} CPUs\n")
-    print(f"| {'measure':<19} | {'path':<32} | {'median':>12} | {'vs direct':<48} |")
-    print(f"|{'-' * 21}|{'-' * 34}|{'-' * 14}|{'-' * 50}|")
+    print(
+        f"\nproxy_bench: {args.calls} sequential calls per latency row (medians), {os.cpu_count()} CPUs\n"
+    )
+    print(f"| {'measure':<19} | {'path':<32} | {'median':>14} | {'vs direct':<48} |")
+    print(f"|{'-' * 21}|{'-' * 34}|{'-' * 16}|{'-' * 50}|")
     for what, path, value, note in rows:
-        unit = "calls/s" if what.startswith("recorded") else "ms"
-        shown = "n/a" if value is None else f"{value:,.0f} {unit}" if unit == "calls/s" else f"{value:.2f} {unit}"
-        print(f"| {what:<19} | {path:<32} | {shown:>12} | {note:<48} |")
+        unit = "calls/s" if what == "calls/s" else "ms"
+        shown = (
+            "n/a"
+            if value is None
+            else f"{value:,.0f} {unit}"
+            if unit == "calls/s"
+            else f"{value:.2f} {unit}"
+        )
+        print(f"| {what:<19} | {path:<32} | {shown:>14} | {note:<48} |")
     return 0
 
 
