@@ -932,12 +932,14 @@ class DockerRuntime:
             raise SandboxConflict(f"snapshot {snapshot_id!r} already exists")
         info = SnapshotInfo(id=snapshot_id, sandbox_id=sandbox_id, runtime=self.name, spec=live.spec,
                             created_at=time.time())
+        # LABEL changes rather than conf={"Labels": ...}: Podman's compat commit ignores conf.
+        # The record is base64 so no quoting in it can break the instruction.
         labels = {"pomona.snapshot": snapshot_id, "pomona.snapshot.owner": self.owner,
-                  "pomona.snapshot.info": info.model_dump_json()}
+                  "pomona.snapshot.info": base64.b64encode(info.model_dump_json().encode()).decode()}
         repository, tag = ref.rsplit(":", 1)
         try:
             await self._call(self.api.commit, live.container_id, repository=repository, tag=tag,
-                             conf={"Labels": labels}, pause=True)
+                             changes=[f"LABEL {k}={v}" for k, v in labels.items()], pause=True)
         except self.errors.APIError as e:
             raise SandboxFailed(f"snapshot of {sandbox_id!r} failed: {self._explain(e)}") from None
         return info
@@ -948,9 +950,10 @@ class DockerRuntime:
         for image in images:
             labels = image.get("Labels") or {}
             with contextlib.suppress(KeyError, ValueError):
-                info = SnapshotInfo.model_validate_json(labels["pomona.snapshot.info"])
-                if self._snapshot_ref(info.id) in (image.get("RepoTags") or []) or \
-                        f"localhost/{self._snapshot_ref(info.id)}" in (image.get("RepoTags") or []):
+                info = SnapshotInfo.model_validate_json(base64.b64decode(labels["pomona.snapshot.info"]))
+                ref = self._snapshot_ref(info.id)
+                # Podman names it docker.io/<ref> or localhost/<ref>
+                if any(tag == ref or tag.endswith("/" + ref) for tag in image.get("RepoTags") or []):
                     found.append(info)
         return found
 
