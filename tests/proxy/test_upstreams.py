@@ -312,12 +312,37 @@ def test_client_disconnect_mid_stream_leaves_an_incomplete_record(front, runs):
 def test_translation_streams_and_responses_caller(front, runs):
     """Streamed translation, and a Responses client served by a chat-only (vLLM-style) upstream."""
     client = openai.OpenAI(base_url=front.open_episode()["base_url"], api_key="k")
-    chunks = list(client.chat.completions.create(model="scripted-anthropic", messages=[{"role": "user", "content": "go"}], tools=[CHAT_BASH], max_tokens=100, stream=True))
-    args = "".join(tc.function.arguments or "" for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or [])
+    chunks = list(
+        client.chat.completions.create(
+            model="scripted-anthropic",
+            messages=[{"role": "user", "content": "go"}],
+            tools=[CHAT_BASH],
+            max_tokens=100,
+            stream=True,
+        )
+    )
+    args = "".join(
+        tc.function.arguments or ""
+        for c in chunks
+        if c.choices
+        for tc in c.choices[0].delta.tool_calls or []
+    )
     assert json.loads(args) == {"command": COMMAND}
-    got = client.responses.create(model="scripted-chat", input="go", tools=[{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}])
+    got = client.responses.create(
+        model="scripted-chat",
+        input="go",
+        tools=[
+            {
+                "type": "function",
+                "name": "bash",
+                "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+            }
+        ],
+    )
     call = next(o for o in got.output if o.type == "function_call")
     assert json.loads(call.arguments) == {"command": COMMAND}
     rows = calls(runs, 2)
     assert [(r["upstream"], r["status"]) for r in rows] == [("litellm", "ok")] * 2
-    assert response_of(rows[0])["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+    assert (
+        response_of(rows[0])["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+    )
