@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from pomona.orchestrator.runtime import Runtime
+from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.service import SandboxService
 from pomona.orchestrator.types import (
     DEFAULT_OUTPUT_CAP,
@@ -87,6 +87,14 @@ class AsyncSandbox:
                             stdin=stdin, login_shell=login_shell, user=user, output_cap=output_cap)
         async for item in self._service.exec_stream(self.id, request):
             yield item
+
+    async def pty(self, command: str | list[str] = "bash", *, rows: int = 24, cols: int = 80,
+                  cwd: str | None = None, env: dict[str, str] | None = None,
+                  login_shell: bool = False, user: str | None = None) -> Pty:
+        """An interactive terminal: read(), write(), resize(), signal(), wait(), close()."""
+        request = validated(ExecRequest, command=command, timeout=None, cwd=cwd, env=env or {},
+                            login_shell=login_shell, user=user)
+        return await self._service.open_pty(self.id, request, rows, cols)
 
     async def read_file(self, path: str) -> bytes:
         return await self._service.read_file(self.id, path)
@@ -281,6 +289,37 @@ class SyncConnection:
         self.close()
 
 
+class SyncPty:
+    """A blocking view of a terminal session in the sandbox."""
+
+    def __init__(self, portal: _Portal, pty: Pty):
+        self._portal, self._pty = portal, pty
+
+    def read(self, timeout: float | None = None) -> bytes:
+        return self._portal.call(self._pty.read(timeout))
+
+    def write(self, data: bytes | str) -> None:
+        self._portal.call(self._pty.write(data.encode() if isinstance(data, str) else data))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._portal.call(self._pty.resize(rows, cols))
+
+    def signal(self, signum: int) -> None:
+        self._portal.call(self._pty.signal(signum))
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self._portal.call(self._pty.wait(timeout))
+
+    def close(self) -> None:
+        self._portal.call(self._pty.close())
+
+    def __enter__(self) -> SyncPty:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Sandbox:
     """Sync twin of AsyncSandbox: the same methods, blocking."""
 
@@ -318,6 +357,9 @@ class Sandbox:
 
     def connect(self, port: int) -> SyncConnection:
         return SyncConnection(self._portal, *self._portal.call(self._async.connect(port)))
+
+    def pty(self, command: str | list[str] = "bash", **kwargs: Any) -> SyncPty:
+        return SyncPty(self._portal, self._portal.call(self._async.pty(command, **kwargs)))
 
 
 class SandboxClient:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import fcntl
 import os
 import signal
+import struct
 import subprocess
+import termios
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -168,3 +171,78 @@ def _feed(proc: subprocess.Popen, data: bytes | None) -> None:
 async def _killpg(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+class ProcessPty:
+    """A Pty over a local process whose stdio is the slave side of a pseudo-terminal."""
+
+    def __init__(self, proc: subprocess.Popen, master: int):
+        self.proc, self.master = proc, master
+        os.set_blocking(master, False)
+        self._pidfd = os.pidfd_open(proc.pid)
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_reader(self.master, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, timeout)
+        except TimeoutError:
+            return b""
+        finally:
+            loop.remove_reader(self.master)
+        try:
+            return os.read(self.master, READ_SIZE)
+        except BlockingIOError:
+            return b""
+        except OSError:  # EIO: every slave end is closed, the terminal is done
+            return b""
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.master, view):]
+            except BlockingIOError:
+                await asyncio.sleep(0.005)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signum)
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        loop = asyncio.get_running_loop()
+        exited = loop.create_future()
+        loop.add_reader(self._pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            await asyncio.wait_for(exited, timeout)
+        except TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(self._pidfd)
+        return self.proc.wait()
+
+    async def close(self) -> None:
+        if self.proc.poll() is None:
+            await self.signal(signal.SIGKILL)
+            await asyncio.to_thread(self.proc.wait)
+        for fd in (self.master, self._pidfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def pty_preexec(then: Callable[[], None]) -> Callable[[], None]:
+    """preexec_fn for a terminal child (stdin is the slave): make it the controlling terminal."""
+    def prepare() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        then()
+    return prepare
+
+
+def open_terminal(rows: int, cols: int) -> tuple[int, int]:
+    master, slave = os.openpty()
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave

@@ -21,6 +21,26 @@ from pomona.orchestrator.types import (
 )
 
 
+class Pty(Protocol):
+    """An interactive process on a pseudo-terminal (stdout and stderr merged, as on a terminal)."""
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        """Up to 64 KiB of output; b"" at end of output (or when timeout passes with none)."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def resize(self, rows: int, cols: int) -> None: ...
+
+    async def signal(self, signum: int) -> None:
+        """Send a signal to the terminal's whole process group."""
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code (-N when killed by signal N), or None if still running at timeout."""
+
+    async def close(self) -> None:
+        """SIGKILL the process group if it still runs and release the terminal."""
+
+
 @runtime_checkable
 class Runtime(Protocol):
     name: str
@@ -41,6 +61,9 @@ class Runtime(Protocol):
 
     def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
         """Stream output as it is produced; the last item is the ExecResult."""
+
+    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int, cols: int) -> Pty:
+        """Start request.command on a new terminal of rows x cols; TERM=xterm-256color."""
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes: ...
 

@@ -11,8 +11,13 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
-from pomona.orchestrator.errors import InvalidRequest, SandboxConflict, SandboxNotFound
-from pomona.orchestrator.runtime import Runtime, collect
+from pomona.orchestrator.errors import (
+    InvalidRequest,
+    SandboxConflict,
+    SandboxNotFound,
+    SnapshotNotFound,
+)
+from pomona.orchestrator.runtime import Pty, Runtime, collect
 from pomona.orchestrator.safefs import normalize
 from pomona.orchestrator.types import (
     ExecChunk,
@@ -155,6 +160,13 @@ class SandboxService:
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         return await collect(self.exec_stream(sandbox_id, request))
 
+    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80) -> Pty:
+        """An interactive terminal session; like Orchard's, it takes no exec lock and no timeout."""
+        if not (0 < rows < 10000 and 0 < cols < 10000):
+            raise InvalidRequest(f"terminal size {rows}x{cols} is out of range")
+        await self.get(sandbox_id)
+        return await self.runtime.open_pty(sandbox_id, request, rows, cols)
+
     # -- files --------------------------------------------------------------------------------
 
     async def _path(self, sandbox_id: str, path: str) -> str:
@@ -224,8 +236,6 @@ class SandboxService:
             raise InvalidRequest(f"fork got {len(ids)} ids for k={k}")
         snapshot = next((s for s in await self.runtime.list_snapshots() if s.id == snapshot_id), None)
         if snapshot is None:
-            from pomona.orchestrator.errors import SnapshotNotFound
-
             raise SnapshotNotFound(snapshot_id)
         spec = snapshot.spec.model_copy(update={"labels": {**snapshot.spec.labels, **(labels or {})}})
         ids = ids or [new_id() for _ in range(k)]

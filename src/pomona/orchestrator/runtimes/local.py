@@ -411,12 +411,14 @@ class LocalRuntime:
 
     # -- exec ---------------------------------------------------------------------------------
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    def _spawn(self, sandbox_id: str, request: ExecRequest, extra_env: dict[str, str] | None = None,
+               terminal: int | None = None) -> subprocess.Popen:
+        """Start a command inside the sandbox: its namespaces, its cgroup, its own process group."""
         live = self._get(sandbox_id)
         spec = SandboxSpec.model_validate(live.record.spec)
         user = request.user or spec.user
         cwd = normalize(request.cwd or spec.workdir)
-        # -w: the init's cwd, which is the workdir
+        # -w: the idle process's cwd, which is the workdir
         argv = ["nsenter", "-t", str(live.record.idle_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w"]
         if user != "root":
             argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
@@ -425,31 +427,48 @@ class LocalRuntime:
             # nsenter resolves --wd on the host, so the static init binary changes directory inside
             argv += [INIT_PATH, "sh", "-c", 'cd -- "$0" && exec "$@"', cwd]
         if isinstance(request.command, str):
-            argv += [live.record.shell, "-l" if request.login_shell else "", "-c", request.command]
-            argv = [a for a in argv if a]
+            argv += [live.record.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
             argv += request.command
         home = "/root" if user == "root" else "/home/pomona"
-        env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home,
-               "USER": user, "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8",
-               **spec.env, **request.env}
+        env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home, "USER": user,
+               "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
+               **request.env}
         cgroup_join = preexec_joiner(live.cgroup.procs_files)
 
         def prepare() -> None:
             cgroup_join()
             set_no_new_privs()
 
+        if terminal is not None:
+            stdio = {"stdin": terminal, "stdout": terminal, "stderr": terminal}
+            prepare = execution.pty_preexec(prepare)
+        else:
+            stdio = {"stdin": subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL,
+                     "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         try:
-            proc = subprocess.Popen(
-                argv, env=env, preexec_fn=prepare, start_new_session=True,
-                stdin=subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            return subprocess.Popen(argv, env=env, preexec_fn=prepare, start_new_session=True, **stdio)
         except subprocess.SubprocessError as e:
             raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+        proc = self._spawn(sandbox_id, request)
         stdin = request.stdin.encode() if request.stdin is not None else None
         async for item in execution.run_process(proc, stdin=stdin, timeout=request.timeout,
                                                 cap=request.output_cap):
             yield item
+
+    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,
+                       cols: int = 80) -> execution.ProcessPty:
+        master, slave = execution.open_terminal(rows, cols)
+        try:
+            proc = self._spawn(sandbox_id, request, {"TERM": "xterm-256color"}, terminal=slave)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return execution.ProcessPty(proc, master)
 
     # -- files --------------------------------------------------------------------------------
 
