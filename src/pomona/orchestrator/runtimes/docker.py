@@ -175,14 +175,14 @@ class _EngineExec:
     """One engine exec on its hijacked connection: demultiplexed output, stdin, exit, kill."""
 
     def __init__(self, runtime: DockerRuntime, exec_id: str, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter):
+                 writer: asyncio.StreamWriter, multiplexed: bool = True):
         self.runtime, self.exec_id = runtime, exec_id
         self.reader, self.writer = reader, writer
         # bounded: a slow consumer stops us reading the socket, so the engine stops too
         self.queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=execution.QUEUE_LIMIT)
         self.pid = 0
         self.killed = False
-        self.demux = asyncio.create_task(self._demux())
+        self.demux = asyncio.create_task(self._demux() if multiplexed else asyncio.sleep(0))
 
     async def _demux(self) -> None:
         """Frames of an 8-byte header (stream, 0, 0, 0, big-endian size) and a payload."""
@@ -316,6 +316,52 @@ class _EngineExec:
                 exited.cancel()
         code = exited.result() if exited.done() and not exited.cancelled() else (-9 if timed_out else -1)
         yield collector.result(code, started, timed_out)
+
+
+class DockerPty(_EngineExec):
+    """A terminal exec (Tty: true): one raw byte stream, resized through the engine's API."""
+
+    def __init__(self, runtime: DockerRuntime, exec_id: str, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter):
+        super().__init__(runtime, exec_id, reader, writer, multiplexed=False)
+        self.exit_code: int | None = None
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        try:
+            return await asyncio.wait_for(self.reader.read(execution.READ_SIZE), timeout)
+        except TimeoutError:
+            return b""
+        except (ConnectionError, OSError):
+            return b""
+
+    async def write(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await asyncio.to_thread(self.runtime.api.exec_resize, self.exec_id, height=rows, width=cols)
+
+    async def signal(self, signum: int) -> None:
+        pid = self.pid or await self._find_pid()
+        if pid:
+            self.killed = True  # an exit of 128+N now means our signal N
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signum)
+
+    async def wait(self, timeout: float | None = None) -> int | None:  # type: ignore[override]
+        if self.exit_code is None:
+            try:
+                self.exit_code = await asyncio.wait_for(super().wait(), timeout)
+            except TimeoutError:
+                return None
+        return self.exit_code
+
+    async def close(self) -> None:
+        if self.exit_code is None:
+            info = await self._inspect()
+            if info.get("Running"):
+                await self.signal(signal.SIGKILL)
+        await super().close()
 
 
 async def _wait_pid_exit(pid: int) -> None:
@@ -602,6 +648,32 @@ class DockerRuntime:
         finally:
             await proc.close()
 
+    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,
+                       cols: int = 80) -> DockerPty:
+        """A terminal exec. The engine's API (1.41) sets a size only once the process runs, so
+        the command starts behind `stty rows R cols C` to see the right size from its first line."""
+        live = self._get(sandbox_id)
+        user = request.user or live.spec.user
+        cwd = normalize(request.cwd or live.spec.workdir)
+        if isinstance(request.command, str):
+            argv = [live.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
+        else:
+            argv = list(request.command)
+        argv = ["/bin/sh", "-c", 'stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@"',
+                "pomona-pty", str(rows), str(cols), *argv]
+        home = "/root" if user == "root" else HOME
+        env = {"HOME": home, "USER": user, "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8",
+               "TERM": "xterm-256color", **live.spec.env, **request.env}
+        try:
+            created = await self._call(
+                self.api.exec_create, live.container_id, argv, stdout=True, stderr=True, stdin=True,
+                tty=True, environment=[f"{k}={v}" for k, v in env.items()], workdir=cwd,
+                user="0:0" if user == "root" else f"{SANDBOX_UID}:{SANDBOX_UID}")
+        except self.errors.APIError as e:
+            raise SandboxFailed(f"sandbox {sandbox_id!r}: {self._explain(e)}") from None
+        reader, writer = await self._start_stream(created["Id"], tty=True)
+        return DockerPty(self, created["Id"], reader, writer)
+
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         url = self.base_url
         if url.startswith("unix://"):
@@ -612,9 +684,14 @@ class DockerRuntime:
         return await asyncio.open_connection(match.group(1), int(match.group(2) or 2375))
 
     async def _exec_start(self, exec_id: str) -> _EngineExec:
+        reader, writer = await self._start_stream(exec_id)
+        return _EngineExec(self, exec_id, reader, writer)
+
+    async def _start_stream(self, exec_id: str, tty: bool = False
+                            ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """POST /exec/{id}/start with Upgrade: tcp, read the HTTP head, keep the raw stream."""
         reader, writer = await self._connect()
-        body = b'{"Detach":false,"Tty":false}'
+        body = b'{"Detach":false,"Tty":%s}' % (b"true" if tty else b"false")
         writer.write(
             f"POST /v{self.api.api_version}/exec/{exec_id}/start HTTP/1.1\r\nHost: docker\r\n"
             f"Content-Type: application/json\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
@@ -630,7 +707,7 @@ class DockerRuntime:
         except BaseException:
             writer.close()
             raise
-        return _EngineExec(self, exec_id, reader, writer)
+        return reader, writer
 
     async def _run(self, live: _Live, argv: list[str], timeout: float = 120) -> ExecResult:
         """A helper command as root, for the files API."""
