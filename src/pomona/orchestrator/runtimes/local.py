@@ -34,7 +34,7 @@ from pomona.orchestrator.errors import (
     SnapshotNotFound,
 )
 from pomona.orchestrator.images import Image, ImageStore
-from pomona.orchestrator.linux import open_in_root, set_no_new_privs
+from pomona.orchestrator.linux import open_in_root
 from pomona.orchestrator.netns import Gateway, open_connection_in
 from pomona.orchestrator.safefs import SandboxFS, normalize
 from pomona.orchestrator.types import (
@@ -51,7 +51,8 @@ from pomona.orchestrator.types import (
 SANDBOX_UID = 1000
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INIT_BINARY = "/bin/busybox"  # static (Debian's busybox-static): runs in any image as the idle pid 2
-INIT_PATH = "/dev/.pomona/busybox"  # where it appears inside (bwrap's private /dev, not the image)
+INIT_PATH = "/dev/.pomona/busybox"
+GATE = 'read -r _ <&{fd} && exec {fd}<&- "$0" "$@"'  # exits, running nothing, if the orchestrator died  # where it appears inside (bwrap's private /dev, not the image)
 # What the "host" image hides: private and mutable places of the host. Opaque directories in a
 # shared mask layer; whiteouts for single files.
 HOST_MASK_DIRS = ("root", "home", "tmp", "var/tmp", "run", "mnt", "media", "srv", "var/lib/docker",
@@ -418,37 +419,51 @@ class LocalRuntime:
         spec = SandboxSpec.model_validate(live.record.spec)
         user = request.user or spec.user
         cwd = normalize(request.cwd or spec.workdir)
-        # -w: the idle process's cwd, which is the workdir
-        argv = ["nsenter", "-t", str(live.record.idle_pid), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w"]
+        # -w: the idle process's cwd, which is the workdir. Everything on the way in is the static
+        # busybox: cheap to exec, and the same on every host.
+        # in `full` mode the sandbox shares the host's network namespace: nothing to enter there
+        net = [] if spec.network == NetworkMode.full else ["-n"]
+        argv = [INIT_BINARY, "nsenter", "-t", str(live.record.idle_pid), "-U", "-m", "-u", "-i", *net,
+                "-p", "-r", "-w"]
         if user != "root":
             argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
         argv.append("--")
         if cwd != normalize(spec.workdir):
-            # nsenter resolves --wd on the host, so the static init binary changes directory inside
+            # nsenter resolves -w on the host, so the static init binary changes directory inside
             argv += [INIT_PATH, "sh", "-c", 'cd -- "$0" && exec "$@"', cwd]
         if isinstance(request.command, str):
             argv += [live.record.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
             argv += request.command
+        argv = [INIT_BINARY, "setpriv", "--nnp", *argv]  # setuid binaries in the image grant nothing
         home = "/root" if user == "root" else "/home/pomona"
         env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home, "USER": user,
                "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
                **request.env}
-        cgroup_join = preexec_joiner(live.cgroup.procs_files)
-
-        def prepare() -> None:
-            cgroup_join()
-            set_no_new_privs()
-
-        if terminal is not None:
-            stdio = {"stdin": terminal, "stdout": terminal, "stderr": terminal}
-            prepare = execution.pty_preexec(prepare)
-        else:
-            stdio = {"stdin": subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL,
-                     "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         try:
-            return subprocess.Popen(argv, env=env, preexec_fn=prepare, start_new_session=True, **stdio)
-        except subprocess.SubprocessError as e:
+            if terminal is not None:
+                join = preexec_joiner(live.cgroup.procs_files)
+                return subprocess.Popen(argv, env=env, start_new_session=True, stdin=terminal,
+                                        stdout=terminal, stderr=terminal,
+                                        preexec_fn=execution.pty_preexec(join))
+            # The gate: a static shell that waits on a pipe while we move it into the cgroup, so the
+            # command cannot fork outside the limits; no preexec_fn, so Python can use vfork.
+            gate_r, gate_w = os.pipe()
+            try:
+                proc = subprocess.Popen(
+                    [INIT_BINARY, "sh", "-c", GATE.format(fd=gate_r), *argv], env=env, start_new_session=True,
+                    pass_fds=(gate_r,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    stdin=subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL)
+                os.close(gate_r)
+                gate_r = -1
+                live.cgroup.join(proc.pid)
+                os.write(gate_w, b"\n")
+                return proc
+            finally:
+                os.close(gate_w)
+                if gate_r >= 0:
+                    os.close(gate_r)
+        except (subprocess.SubprocessError, OSError) as e:
             raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
