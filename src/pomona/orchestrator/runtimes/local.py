@@ -34,7 +34,7 @@ from pomona.orchestrator.errors import (
     SnapshotNotFound,
 )
 from pomona.orchestrator.images import Image, ImageStore
-from pomona.orchestrator.linux import open_in_root
+from pomona.orchestrator.linux import mount_overlay, open_in_root, unmount
 from pomona.orchestrator.netns import Gateway, open_connection_in
 from pomona.orchestrator.safefs import SandboxFS, normalize
 from pomona.orchestrator.types import (
@@ -180,7 +180,7 @@ class LocalRuntime:
     def unmount_store(self) -> None:
         """Remove the state's own mount (after every sandbox is gone), e.g. at the end of tests."""
         if os.path.ismount(self.state):
-            _run("umount", "-l", str(self.state))  # detached now, freed when the last user goes
+            unmount(str(self.state))
 
     async def close(self) -> None:
         for live in self.sandboxes.values():
@@ -280,8 +280,10 @@ class LocalRuntime:
         for sub in ("upper", "work"):
             (writable / sub).mkdir()
         (d / "rootfs").mkdir()
-        options = f"lowerdir={':'.join(record.lowers)},upperdir={writable / 'upper'},workdir={writable / 'work'}"
-        _run("mount", "-t", "overlay", "overlay", "-o", options, str(d / "rootfs"))
+        try:
+            mount_overlay(str(d / "rootfs"), record.lowers, str(writable / "upper"), str(writable / "work"))
+        except OSError as e:
+            raise SandboxFailed(f"cannot mount the sandbox's root filesystem: {e}") from None
         uid = live.fs.uid
         for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), ("/home/pomona", 0o755)):
             live.fs.mkdir(path)
@@ -398,7 +400,8 @@ class LocalRuntime:
                 process.wait(5)
         for mount in (directory / "rootfs", directory / "disk"):
             if os.path.ismount(mount):
-                subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+                with contextlib.suppress(OSError):
+                    unmount(str(mount))
         shutil.rmtree(directory, ignore_errors=True)
 
     async def list(self) -> list[SandboxInfo]:
