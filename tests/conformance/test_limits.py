@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
+from pomona.orchestrator.errors import InvalidRequest
+
 MEMORY_HOG = "python3 -c 'b = []\nwhile True: b.append(bytearray(16 * 2**20))'"
 
 
@@ -26,7 +30,13 @@ def test_fork_bomb_stops_at_the_pids_limit(client, image):
 
 
 def test_disk_filler_hits_its_quota(client, image):
-    with client.create_sandbox(image, disk="64Mi") as sb:
+    try:
+        sb = client.create_sandbox(image, disk="64Mi")
+    except InvalidRequest as e:
+        # an engine whose storage driver cannot cap a container's disk says so instead of ignoring it
+        assert "storage" in str(e).lower()
+        pytest.skip(f"this engine cannot limit disk size: {e}")
+    with sb:
         r = sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=200", timeout=60)
         assert r.exit_code != 0 and "space" in r.stderr.lower()
         sb.exec("rm -f /workspace/big")
