@@ -62,12 +62,12 @@ def test_none_mode_cannot_reach_host_loopback(client, image):
 
 
 def test_gateway_mode_reaches_only_the_allowed_port(client, image):
-    with tcp_server(b"allowed") as allowed, tcp_server(b"forbidden") as other:
-        with client.create_sandbox(image, network="gateway", gateway=f"127.0.0.1:{allowed}") as sb:
-            ok = sb.exec(PROBE.format(port=allowed), timeout=20)
-            assert ok.exit_code == 0 and ok.stdout.strip() == "allowed"
-            blocked = sb.exec(PROBE.format(port=other), timeout=20)
-            assert blocked.exit_code != 0 and "forbidden" not in blocked.stdout
+    with (tcp_server(b"allowed") as allowed, tcp_server(b"forbidden") as other,
+          client.create_sandbox(image, network="gateway", gateway=f"127.0.0.1:{allowed}") as sb):
+        ok = sb.exec(PROBE.format(port=allowed), timeout=20)
+        assert ok.exit_code == 0 and ok.stdout.strip() == "allowed"
+        blocked = sb.exec(PROBE.format(port=other), timeout=20)
+        assert blocked.exit_code != 0 and "forbidden" not in blocked.stdout
 
 
 def test_full_mode_reaches_the_host(client, image):
