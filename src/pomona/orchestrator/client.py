@@ -23,6 +23,7 @@ from pomona.orchestrator.types import (
     ExecResult,
     FileInfo,
     Limits,
+    Mount,
     NetworkMode,
     PatchResult,
     SandboxInfo,
@@ -179,12 +180,14 @@ class AsyncSandboxClient:
                              pids: int | None = None, disk: int | str | None = None,
                              labels: dict[str, str] | None = None, user: str = "pomona",
                              env: dict[str, str] | None = None, workdir: str = "/workspace",
+                             mounts: list[Mount] | None = None,
                              sandbox_id: str | None = None) -> AsyncSandbox:
         """Start a sandbox and wait until it is ready. Same id + same spec returns the existing one."""
         await self.start()
         spec = validated(SandboxSpec, image=image, network=network, gateway=gateway, timeout=timeout,
                          limits=validated(Limits, cpu=cpu, memory=memory, pids=pids, disk=disk),
-                         labels=labels or {}, user=user, env=env or {}, workdir=workdir)
+                         labels=labels or {}, user=user, env=env or {}, workdir=workdir,
+                         mounts=mounts or [])
         info = await self._service.create(spec, sandbox_id)
         self._owned.add(info.id)
         return AsyncSandbox(self, info)

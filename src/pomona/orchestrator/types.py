@@ -69,6 +69,22 @@ class Limits(BaseModel):
         return parse_bytes(value)
 
 
+class Mount(BaseModel):
+    """A host path made visible inside the sandbox, e.g. the harness payload at /opt/pomona/tools."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(description="absolute host path")
+    target: str = Field(description="absolute path inside the sandbox")
+    read_only: bool = True
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/") or "\x00" in value:
+            raise ValueError(f"{value!r} must be an absolute path without '..'")
+        return value
+
+
 class SandboxSpec(BaseModel):
     """What a sandbox is made of. Creating the same id twice with the same spec is a no-op."""
 
@@ -83,6 +99,7 @@ class SandboxSpec(BaseModel):
     user: Literal["pomona", "root"] = "pomona"
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str = "/workspace"
+    mounts: list[Mount] = Field(default_factory=list, description="host paths bound inside")
 
     def model_post_init(self, __context: object) -> None:
         if self.network == NetworkMode.gateway:

@@ -492,6 +492,9 @@ class DockerRuntime:
             init=True, detach=True, hostname=sandbox_id[:63], environment=dict(spec.env),
             user="0:0", security_opt=["no-new-privileges"],
             network_mode="bridge" if spec.network == NetworkMode.full else "none")
+        if spec.mounts:
+            options["volumes"] = {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+                                  for m in spec.mounts}
         limits = spec.limits
         if limits.cpu:
             options["nano_cpus"] = int(limits.cpu * 1e9)
@@ -511,7 +514,8 @@ class DockerRuntime:
                 # Podman's Docker-compatible API looks for catatonit only (it ignores
                 # containers.conf init_path): bring a static init from the host instead.
                 options.update(init=False, command=[INIT_MOUNT, "--", "sleep", "infinity"],
-                               volumes={os.path.realpath(host_init): {"bind": INIT_MOUNT, "mode": "ro"}})
+                               volumes={**options.get("volumes", {}),
+                                        os.path.realpath(host_init): {"bind": INIT_MOUNT, "mode": "ro"}})
                 container = await self._call(self.client.containers.create, **options)
         except self.errors.APIError as e:
             if e.status_code == 409:

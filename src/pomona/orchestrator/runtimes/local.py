@@ -318,6 +318,10 @@ class LocalRuntime:
                 "--chdir", spec.workdir, "--new-session"]
         if spec.network != NetworkMode.full:
             args.append("--unshare-net")
+        for m in spec.mounts:
+            if not os.path.exists(m.source):
+                raise InvalidRequest(f"mount source {m.source} does not exist on the host")
+            args += ["--ro-bind" if m.read_only else "--bind", m.source, m.target]
         args += ["--", INIT_PATH, "sleep", "2147483647"]
         log = open(live.dir / "init.log", "wb")
         try:
