@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "images"
+# Outside the repository: CI's fresh clones on one machine share it; a new machine rebuilds it.
+CACHE = Path("/var/cache/pomona/images")
 DEBIAN = "pomona-test/debian:bookworm"
 
 
