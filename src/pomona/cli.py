@@ -1,18 +1,30 @@
-"""The `pomona` command line."""
+"""The `pomona` command line. Each subsystem registers its own subcommand (`add_*_parser`,
+whose parser sets `func`), so this file only lists them."""
+
+from __future__ import annotations
 
 import argparse
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pomona")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="a short offline demo of what exists")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from pomona.demo import run
+def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("demo", help="a short offline demo of the sandbox layer")
+    p.add_argument("--state-dir", help="where sandboxes live (default: a new temporary directory)")
+    p.set_defaults(func=lambda args: __import__("pomona.demo", fromlist=["run"]).run(args.state_dir))
 
-        return run()
-    return 2
+
+def build_parser() -> argparse.ArgumentParser:
+    from pomona.proxy.cli import add_proxy_parser
+
+    parser = argparse.ArgumentParser(prog="pomona", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_demo_parser(sub)
+    add_proxy_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":
