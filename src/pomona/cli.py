@@ -9,13 +9,20 @@ import argparse
 def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="a short offline demo of the sandbox layer")
     p.add_argument("--state-dir", help="where sandboxes live (default: a new temporary directory)")
-    p.set_defaults(func=lambda args: __import__("pomona.demo", fromlist=["run"]).run(args.state_dir))
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from pomona.demo import run
+
+    return run(args.state_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from pomona.proxy.cli import add_proxy_parser
 
-    parser = argparse.ArgumentParser(prog="pomona", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="pomona", description="Real agent harnesses in sandboxes, every model call recorded.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_demo_parser(sub)
     add_proxy_parser(sub)
