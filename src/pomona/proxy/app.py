@@ -80,9 +80,7 @@ class RecordedStream(StreamingResponse):
                 await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
 
-async def _read_json(
-    request: Request, dialect: Dialect, limit: int
-) -> tuple[bytes, dict[str, Any]]:
+async def _read_json(request: Request, limit: int) -> tuple[bytes, dict[str, Any]]:
     """The raw body and its JSON object, or a BadRequest saying what is wrong with it."""
     ctype = request.headers.get("content-type", "")
     if ctype and "json" not in ctype.lower():
@@ -127,7 +125,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
             return error_response(dialect, 404, f"unknown episode key {key!r}", "episode_not_found")
         call = Call(state.recorder, dialect, request.url.path, dict(request.headers), episode)
         try:
-            raw, body = await _read_json(request, dialect, state.config.max_body_bytes)
+            raw, body = await _read_json(request, state.config.max_body_bytes)
         except BadRequest as e:
             call.request(b"")
             call.finish("client_error", e.status, error=e.message)
@@ -148,14 +146,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
             return error_response(dialect, e.status, e.message, e.code)
         except UpstreamError as e:
             route = state.config.route(str(model))
-            call.route(
-                model,
-                None
-                if route is None
-                else "passthrough"
-                if dialect.name in route.dialects
-                else "litellm",
-            )
+            call.route(model, route.path_for(dialect.name) if route else None)
             call.finish("upstream_error", e.status, error=e.message)
             return error_response(dialect, e.status, e.message, "upstream_error")
         call.route(model, outcome.upstream)
@@ -174,7 +165,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
         raw: bytes,
         body: dict[str, Any],
         request: Request,
-        episode: Any,
+        episode: Episode | None,
     ) -> Outcome:
         if model == SCRIPTED or (episode is not None and episode.model == SCRIPTED):
             script = episode.script if episode else state.config.default_script
@@ -194,7 +185,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
             raise BadRequest(
                 404, f"model {model!r} is not in the proxy's model list", "model_not_found"
             )
-        headers = {k: v for k, v in request.headers.items()}
+        headers = dict(request.headers)
         return await state.upstreams.call(route, dialect, raw, body, headers, request.url.query)
 
     def register(path: str, dialect: Dialect) -> None:
@@ -293,7 +284,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
 
     async def count_tokens(request: Request) -> Response:
         try:
-            raw, _ = await _read_json(request, DIALECTS["anthropic"], state.config.max_body_bytes)
+            raw, _ = await _read_json(request, state.config.max_body_bytes)
         except BadRequest as e:
             return error_response(DIALECTS["anthropic"], e.status, e.message, e.code)
         return JSONResponse({"input_tokens": max(1, len(raw) // 4)})

@@ -74,6 +74,10 @@ class ModelRoute:
         m = self.params["model"]
         return m.split("/", 1)[1] if "/" in m else m
 
+    def path_for(self, dialect: str) -> str:
+        """How a call in `dialect` reaches this upstream: unchanged, or translated by LiteLLM."""
+        return "passthrough" if dialect in self.dialects else "litellm"
+
     @property
     def api_base(self) -> str:
         base = self.params.get("api_base") or _DEFAULT_BASES.get(self.provider, "")

@@ -113,7 +113,7 @@ class Upstreams:
         headers: dict[str, str],
         query: str,
     ) -> Outcome:
-        if dialect.name in route.dialects:
+        if route.path_for(dialect.name) == "passthrough":
             return await self.passthrough(route, dialect, raw, body, headers, query)
         return await translate(route, dialect, body)
 
