@@ -32,10 +32,12 @@ from pomona.orchestrator.types import (
 )
 
 REAP_INTERVAL = 1.0
+# (name, dry run, apply): SWE-bench's chain, minus `git apply --reject`, which can only succeed
+# where plain `git apply` does and otherwise leaves half-applied hunks behind.
 PATCH_STRATEGIES = (
-    ("git apply", "git apply --verbose --whitespace=nowarn {p}"),
-    ("git apply --reject", "git apply --verbose --reject --whitespace=nowarn {p}"),
-    ("patch --fuzz=5", "patch --batch --fuzz=5 -p1 -i {p}"),
+    ("git apply", "git apply --check --whitespace=nowarn {p}", "git apply --verbose --whitespace=nowarn {p}"),
+    ("patch --fuzz=5", "patch --batch --fuzz=5 -p1 --dry-run -i {p}",
+     "patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -r - -i {p}"),
 )
 
 
@@ -196,7 +198,8 @@ class SandboxService:
 
     async def apply_patch(self, sandbox_id: str, patch: str, cwd: str | None = None,
                           timeout: float = 60) -> PatchResult:
-        """git apply, then git apply --reject, then patch --fuzz; report every attempt on failure."""
+        """Try each strategy as a dry run first and apply only one that fits whole, so a patch
+        that fails leaves the tree exactly as it was; the report lists every attempt."""
         if not patch.strip():
             return PatchResult(success=False, error="the patch is empty")
         cwd = await self._path(sandbox_id, cwd or ".")
@@ -204,22 +207,22 @@ class SandboxService:
         await self.runtime.write_file(sandbox_id, patch_path, patch.encode(), 0o644)
         attempts = []
         try:
-            for name, template in PATCH_STRATEGIES:
+            for name, check, apply in PATCH_STRATEGIES:
+                dry = await self.exec(sandbox_id, ExecRequest(
+                    command=check.format(p=patch_path), cwd=cwd, timeout=timeout))
+                if dry.exit_code != 0:
+                    attempts.append(f"{name} (exit {dry.exit_code}): {(dry.stderr or dry.stdout).strip()}")
+                    continue
                 result = await self.exec(sandbox_id, ExecRequest(
-                    command=template.format(p=patch_path), cwd=cwd, timeout=timeout))
+                    command=apply.format(p=patch_path), cwd=cwd, timeout=timeout))
                 if result.exit_code == 0:
                     return PatchResult(success=True, method=name, stdout=result.stdout, stderr=result.stderr)
                 attempts.append(f"{name} (exit {result.exit_code}): {(result.stderr or result.stdout).strip()}")
-                if name == "git apply --reject":
-                    # a partial --reject leaves .rej files and half-applied hunks: undo before fuzzing
-                    await self.exec(sandbox_id, ExecRequest(
-                        command=f"git apply -R --reject {patch_path} >/dev/null 2>&1; "
-                                "find . -name '*.rej' -newer " + patch_path + " -delete", cwd=cwd))
         finally:
             with contextlib.suppress(Exception):
                 await self.runtime.remove(sandbox_id, patch_path)
-        return PatchResult(success=False, stderr="\n".join(attempts),
-                           error="the patch did not apply:\n" + "\n".join(attempts))
+        report = "\n".join(attempts)
+        return PatchResult(success=False, stderr=report, error="the patch did not apply:\n" + report)
 
     # -- snapshot and fork --------------------------------------------------------------------
 
