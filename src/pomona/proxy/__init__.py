@@ -1,23 +1,32 @@
 """The recording model proxy: OpenAI Chat, OpenAI Responses and Anthropic Messages, recorded.
 
-from pomona.proxy import ProxyConfig, ProxyServer
-with ProxyServer(ProxyConfig(trajectories="runs")) as proxy:
-    ep = proxy.open_episode(model="scripted", script=["echo hello > out.txt"])
+    from pomona.proxy import ProxyConfig, ProxyServer
+    with ProxyServer(ProxyConfig(trajectories="runs")) as proxy:
+        ep = proxy.open_episode(model="scripted", script=["echo hello > out.txt"])
+
+Names load lazily, so `pomona.proxy.cli` (imported by `pomona`'s CLI) does not pull in FastAPI.
 """
 
-from pomona.proxy.app import create_app
-from pomona.proxy.cli import add_proxy_parser, cli_main, run_proxy
-from pomona.proxy.config import SCRIPTED, ModelRoute, ProxyConfig
-from pomona.proxy.server import AppServer, ProxyServer
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "AppServer",
-    "SCRIPTED",
-    "ModelRoute",
-    "ProxyConfig",
-    "ProxyServer",
-    "add_proxy_parser",
-    "cli_main",
-    "create_app",
-    "run_proxy",
-]
+_EXPORTS = {
+    "create_app": "pomona.proxy.app",
+    "add_proxy_parser": "pomona.proxy.cli",
+    "cli_main": "pomona.proxy.cli",
+    "run_proxy": "pomona.proxy.cli",
+    "SCRIPTED": "pomona.proxy.config",
+    "ModelRoute": "pomona.proxy.config",
+    "ProxyConfig": "pomona.proxy.config",
+    "AppServer": "pomona.proxy.server",
+    "ProxyServer": "pomona.proxy.server",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pomona.proxy' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
