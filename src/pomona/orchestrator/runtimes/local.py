@@ -153,10 +153,8 @@ class LocalRuntime:
                 await asyncio.to_thread(self._teardown, path.parent, None, None)
                 continue
             live = self._live(record, path.parent)
-            creator_alive = _alive(record.owner_pid, record.owner_start) and \
-                (record.owner_pid, record.owner_start) != self.me
-            if record.status == "creating" and creator_alive:
-                continue  # another process is still creating it: never delete that
+            if record.status == "creating" and _alive(record.owner_pid, record.owner_start):
+                continue  # another process (or client in this one) is creating it: never delete that
             if record.status == "ready" and _alive(record.init_pid, record.init_start):
                 self.sandboxes[record.id] = live
                 await self._start_gateway(live)
@@ -410,6 +408,24 @@ class LocalRuntime:
 
     async def list(self) -> list[SandboxInfo]:
         return [live.record.info() for live in self.sandboxes.values()]
+
+    async def refresh(self, sandbox_id: str) -> bool:
+        """Re-read one sandbox from disk: how service replicas sharing this state dir see what
+        another replica created (or deleted). Never touches a sandbox, only this process's view."""
+        known = self.sandboxes.get(sandbox_id)
+        if known and known.record.status == "creating":
+            return True  # this process is creating it
+        directory = self.state / "sandboxes" / sandbox_id
+        try:
+            record = _Record(**json.loads((directory / "record.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            record = None
+        if record is None or record.status != "ready" or not _alive(record.init_pid, record.init_start):
+            self.sandboxes.pop(sandbox_id, None)
+            return False
+        if known is None or known.record.init_pid != record.init_pid:
+            self.sandboxes[sandbox_id] = self._live(record, directory)  # its gateway stays with its creator
+        return True
 
     def _get(self, sandbox_id: str) -> _Live:
         live = self.sandboxes.get(sandbox_id)
