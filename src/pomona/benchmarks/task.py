@@ -1,0 +1,82 @@
+"""The Task and Scorer contract, shared by the gym environments and every benchmark.
+
+A task knows its environment (image and setup), its instruction, its gold solution where one
+exists, and its scorer. Scoring is two steps so the verdict stays a pure function: `collect` runs
+in the sandbox and gathers artifacts (files, test output, a diff); `score` maps (task, artifacts)
+to a Score without touching anything. An infrastructure failure while collecting is a
+`verifier` failure, never a reward of 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from pomona.orchestrator.client import Sandbox
+
+
+class Score(BaseModel):
+    reward: float
+    resolved: bool
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Scorer(Protocol):
+    def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
+        """Gather what the verdict needs from the sandbox (may run commands there)."""
+
+    def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
+        """A pure function of the task and the artifacts."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    image: str = "host"
+    files: dict[str, str] = field(default_factory=dict)  # path (relative to workdir) -> content
+    setup: tuple[str, ...] = ()  # shell commands run before the agent starts
+    workdir: str = "/workspace"
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    instruction: str
+    scorer: Scorer
+    environment: Environment = field(default_factory=Environment)
+    solution: tuple[str, ...] | None = None  # gold: shell commands that solve it
+    benchmark: str = "builtin"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def prepare(self, sandbox: Sandbox) -> None:
+        """Lay out the task's files and run its setup in a fresh sandbox."""
+        for path, content in self.environment.files.items():
+            sandbox.write_file(path, content)
+        for command in self.environment.setup:
+            result = sandbox.exec(command, timeout=600)
+            if result.exit_code != 0:
+                raise RuntimeError(f"task {self.id}: setup {command!r} failed: {result.stderr.strip()}")
+
+    def evaluate(self, sandbox: Sandbox) -> Score:
+        return self.scorer.score(self, self.scorer.collect(self, sandbox))
+
+
+@dataclass(frozen=True)
+class CommandScorer:
+    """Reward 1 when a check command prints what it should: enough for file and text tasks."""
+
+    check: str
+    expected: str
+    normalize_whitespace: bool = True
+
+    def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
+        result = sandbox.exec(self.check, timeout=120)
+        return {"check": self.check, "exit_code": result.exit_code, "output": result.stdout}
+
+    def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
+        output, expected = artifacts["output"], self.expected
+        if self.normalize_whitespace:
+            output, expected = " ".join(output.split()), " ".join(expected.split())
+        resolved = artifacts["exit_code"] == 0 and output == expected
+        return Score(reward=1.0 if resolved else 0.0, resolved=resolved, details=artifacts)

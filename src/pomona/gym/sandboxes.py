@@ -1,0 +1,29 @@
+"""One sandbox client per process for all environments: a client owns the TTL reaper and the
+heartbeats of its sandboxes, so two clients on one state directory would disagree."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from pomona.orchestrator.client import SandboxClient
+
+_clients: dict[tuple[str, str | None], SandboxClient] = {}
+_lock = threading.Lock()
+
+
+def shared_client(runtime: str = "local", state_dir: str | None = None) -> SandboxClient:
+    with _lock:
+        key = (runtime, state_dir)
+        if key not in _clients:
+            options = {"state_dir": state_dir} if state_dir else {}
+            client = _clients[key] = SandboxClient(runtime, **options)
+            client.start()
+        return _clients[key]
+
+
+@atexit.register
+def _close_all() -> None:
+    for client in _clients.values():
+        client.close()
+    _clients.clear()
