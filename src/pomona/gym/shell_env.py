@@ -15,6 +15,7 @@ set to its kind and reward 0.0, which rollouts must not count as a failed attemp
 
 from __future__ import annotations
 
+import contextlib
 import string
 from typing import Any
 
@@ -119,10 +120,8 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
 
     def _release(self) -> None:
         if self.sandbox is not None:
-            try:
+            with contextlib.suppress(PomonaError):
                 self.sandbox.delete()
-            except PomonaError:
-                pass
             self.sandbox = None
 
     def close(self) -> None:
