@@ -16,7 +16,18 @@ import pytest
 from pomona import SandboxClient
 from tests.conftest import docker_available
 
-RUNTIMES = ["local", "docker"]
+RUNTIMES = ["local", "docker", "http"]
+# "http": the local runtime behind `pomona serve` (uvicorn in a thread, with API keys), reached
+# through the SDK's HTTP transport. Tests that drive a runtime directly skip it, saying why.
+IN_PROCESS_ONLY = {"test_leaks.py": "a SIGKILLed service replica is tests/service/test_faults.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        reason = IN_PROCESS_ONLY.get(item.path.name)
+        if params.get("runtime_name") == "http" and reason:
+            item.add_marker(pytest.mark.skip(reason=f"in-process only; {reason}"))
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +37,7 @@ def state_root() -> Iterator[Path]:
 
 
 def _image_for(runtime: str) -> str:
-    if runtime == "local":
+    if runtime in ("local", "http"):
         return "host"
     from tests.images import debian_image
 
@@ -42,6 +53,9 @@ def runtime_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def client(runtime_name: str, state_root: Path) -> Iterator[SandboxClient]:
+    if runtime_name == "http":
+        yield from _http_client(state_root / "http")
+        return
     state = state_root / runtime_name
     with SandboxClient(runtime_name, state_dir=str(state)) as c:
         yield c
@@ -54,6 +68,22 @@ def client(runtime_name: str, state_root: Path) -> Iterator[SandboxClient]:
         from pomona.orchestrator.runtimes.local import LocalRuntime
 
         LocalRuntime(state).unmount_store()
+
+
+def _http_client(state: Path) -> Iterator[SandboxClient]:
+    from pomona.orchestrator.server import build
+    from tests.service.harness import KEYS, server_thread, unmount
+
+    app = build("local", str(state), api_keys=KEYS, admins={"admin"})
+    with server_thread(app) as url:
+        with SandboxClient(base_url=url, api_key=KEYS["alice"]) as c:
+            yield c
+        leftovers = SandboxClient(base_url=url, api_key=KEYS["admin"], auto_cleanup=False)
+        try:
+            assert leftovers.list_sandboxes() == [], "the suite left sandboxes behind"
+        finally:
+            leftovers.close()
+    unmount(state)
 
 
 @pytest.fixture(scope="session")

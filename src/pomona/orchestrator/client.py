@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -145,10 +146,22 @@ class AsyncSandbox:
 class AsyncSandboxClient:
     """Creates and finds sandboxes. `async with` deletes, on exit, every sandbox it created."""
 
-    def __init__(self, runtime: str | Runtime = "local", *, state_dir: str | None = None,
-                 auto_cleanup: bool = True, **runtime_options: Any):
-        self._runtime = make_runtime(runtime, state_dir, **runtime_options) if isinstance(runtime, str) else runtime
-        self._service = SandboxService(self._runtime)
+    def __init__(self, runtime: str | Runtime | None = None, *, state_dir: str | None = None,
+                 auto_cleanup: bool = True, base_url: str | None = None, api_key: str | None = None,
+                 **runtime_options: Any):
+        """In-process over `runtime` ("local" by default); over HTTP when `base_url` (or, with no
+        runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
+        url = base_url or (os.environ.get("POMONA_URL") if runtime is None else None)
+        if url and runtime is None:
+            from pomona.orchestrator.remote import RemoteService
+
+            self._service = RemoteService(url, api_key or os.environ.get("POMONA_API_KEY"))
+        else:
+            if base_url:  # a runtime was named: base_url is its engine's (docker, podman)
+                runtime_options["base_url"] = base_url
+            runtime = runtime or "local"
+            self._runtime = make_runtime(runtime, state_dir, **runtime_options) if isinstance(runtime, str) else runtime
+            self._service = SandboxService(self._runtime)
         self._owned: set[str] = set()
         self._started = False
         self.auto_cleanup = auto_cleanup
@@ -368,7 +381,7 @@ class Sandbox:
 class SandboxClient:
     """Sync twin of AsyncSandboxClient. `with SandboxClient() as client:` cleans up on exit."""
 
-    def __init__(self, runtime: str | Runtime = "local", **options: Any):
+    def __init__(self, runtime: str | Runtime | None = None, **options: Any):
         self._portal = _Portal()
         self._root = self
         self._async = AsyncSandboxClient(runtime, **options)

@@ -492,8 +492,9 @@ class LocalRuntime:
     async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
         proc = self._spawn(sandbox_id, request)
         stdin = request.stdin.encode() if request.stdin is not None else None
-        async for item in execution.run_process(proc, stdin=stdin, timeout=request.timeout,
-                                                cap=request.output_cap):
+        command = await execution.LocalCommand.start(proc)
+        async for item in execution.stream(command, stdin=stdin, timeout=request.timeout,
+                                           cap=request.output_cap):
             yield item
 
     async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,

@@ -1,0 +1,305 @@
+"""The REST API's own request and response models (the rest come from types.py) and the errors
+that exist only over HTTP. Shared by the server and the remote SDK transport, so the two parse
+one schema: the OpenAPI document is generated from these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from pomona.orchestrator.errors import PomonaError
+from pomona.orchestrator.store import JobRecord, JobStatus
+from pomona.orchestrator.types import ExecRequest, FileInfo, PatchResult, SandboxInfo, SandboxSpec
+
+# -- errors that only the service raises --------------------------------------------------------
+
+
+class AuthenticationRequired(PomonaError):
+    status_code = 401
+
+
+class PermissionDenied(PomonaError):
+    status_code = 403
+
+
+class WaitTimedOut(PomonaError):
+    """A server-side wait expired; the operation itself goes on (the only 408)."""
+
+    status_code = 408
+
+
+class Overloaded(PomonaError):
+    """Admission control turned the request away: retry after `retry_after` seconds."""
+
+    status_code = 503
+    retry_after = 1
+
+
+class StoreUnavailable(PomonaError):
+    status_code = 503
+    retry_after = 1
+
+
+class JobNotFound(PomonaError, LookupError):
+    status_code = 404
+
+    def __init__(self, job_id: str):
+        super().__init__(f"no job with id {job_id!r} (finished jobs are kept 1 h, and 10 min "
+                         "after their sandbox is deleted)")
+
+
+class JobCancelled(PomonaError):
+    status_code = 409
+
+
+class ServiceUnreachable(PomonaError):
+    """The SDK could not reach the service (or lost the answer of a call it may not repeat)."""
+
+    status_code = 503
+
+
+def rebuild_error(name: str | None, detail: str, status: int = 500) -> PomonaError:
+    """The exception a service error body stands for, as its own class where one exists, with
+    the server's message verbatim (so `match=` in tests and messages to users stay the same)."""
+    from pomona.orchestrator import errors
+
+    cls = next((c for c in (getattr(errors, name or "", None), globals().get(name or ""))
+                if isinstance(c, type) and issubclass(c, PomonaError)), None)
+    if cls is None:
+        cls = type(name or "ServiceError", (PomonaError,), {"status_code": status})
+    error = cls.__new__(cls)
+    Exception.__init__(error, detail)
+    return error
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="the error class, e.g. SandboxNotFound")
+    detail: str | list[dict[str, Any]] = Field(description="what went wrong and what to do about it")
+    request_id: str | None = None
+    job_id: str | None = None
+
+
+# -- sandboxes -----------------------------------------------------------------------------------
+
+
+class CreateSandboxRequest(SandboxSpec):
+    """A SandboxSpec plus the client-chosen id. Orchard's `block_network`, top-level `cpu` and
+    `memory` are accepted too and mapped onto `network` and `limits`."""
+
+    sandbox_id: str | None = Field(None, description="client-chosen id: a retried create is a no-op")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _orchard_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(k in data for k in ("block_network", "cpu", "memory")):
+            data = dict(data)
+            if "block_network" in data:
+                blocked = data.pop("block_network")
+                data.setdefault("network", "none" if blocked in (True, None) else "full")
+            limits = dict(data.get("limits") or {})
+            for key in ("cpu", "memory"):
+                if key in data:
+                    limits[key] = data.pop(key)
+            data["limits"] = limits
+        return data
+
+    def spec(self) -> SandboxSpec:
+        return SandboxSpec.model_validate(self.model_dump(exclude={"sandbox_id"}))
+
+
+class SandboxView(SandboxInfo):
+    """SandboxInfo plus the field names Orchard clients read."""
+
+    owner: str | None = None
+
+    @computed_field
+    def sandbox_id(self) -> str:
+        return self.id
+
+    @computed_field
+    def image(self) -> str:
+        return self.spec.image
+
+    @computed_field
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+
+class Deleted(BaseModel):
+    status: Literal["deleted"] = "deleted"
+    sandbox_id: str
+    existed: bool
+
+
+class HeartbeatAck(BaseModel):
+    status: Literal["ok"] = "ok"
+    sandbox_id: str
+    expires_at: float | None
+    sandbox: SandboxView
+
+
+class Reaped(BaseModel):
+    reaped: list[str] = Field(description="your sandboxes reaped now or in the last two minutes")
+
+
+# -- exec and jobs -------------------------------------------------------------------------------
+
+
+class ExecBody(ExecRequest):
+    """An ExecRequest plus job options. Orchard's `timeout_seconds` is accepted for `timeout`."""
+
+    model_config = ConfigDict(extra="forbid")
+    wait: bool = Field(False, description="answer with the finished job instead of its id")
+    idempotency_key: str | None = Field(
+        None, max_length=200, description="or the Idempotency-Key header: a retry with the same "
+                                          "key returns the same job and never runs the command twice")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _orchard_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "timeout_seconds" in data:
+            data = dict(data)
+            seconds = data.pop("timeout_seconds")
+            data.setdefault("timeout", seconds)
+        return data
+
+    def exec_request(self) -> ExecRequest:
+        return ExecRequest.model_validate(self.model_dump(exclude={"wait", "idempotency_key"}))
+
+
+class JobView(BaseModel):
+    """Orchard's job body, plus timed_out, truncated, duration and error_type."""
+
+    job_id: str
+    sandbox_id: str
+    command: str | list[str]
+    status: JobStatus
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    timed_out: bool = False
+    truncated: bool = False
+    duration: float | None = None
+    created_at: float
+    started_at: float | None = None
+    completed_at: float | None = None
+    error: str | None = None
+    error_type: str | None = None
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobView:
+        r = job.result
+        return cls(job_id=job.id, sandbox_id=job.sandbox_id, command=job.request.command,
+                   status=job.status, stdout=r.stdout if r else "", stderr=r.stderr if r else "",
+                   exit_code=r.exit_code if r else None, timed_out=r.timed_out if r else False,
+                   truncated=r.truncated if r else False, duration=r.duration if r else None,
+                   created_at=job.created_at, started_at=job.started_at,
+                   completed_at=job.completed_at, error=job.error, error_type=job.error_type)
+
+
+# -- files, patches, snapshots -------------------------------------------------------------------
+
+
+class FileUpload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1)
+    content: str = Field(description="base64")
+    mode: int = Field(0o644, ge=0, le=0o7777)
+
+
+class FileWritten(BaseModel):
+    success: bool = True
+    path: str
+    size: int
+
+
+class FileContent(BaseModel):
+    path: str
+    content: str = Field(description="base64")
+    size: int
+
+
+class FileList(BaseModel):
+    path: str
+    files: list[FileInfo]
+
+
+class FileRemoved(BaseModel):
+    success: bool = True
+    path: str
+
+
+class PatchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    patch: str
+    cwd: str | None = None
+    timeout_seconds: float = Field(60, gt=0, le=3600)
+
+
+class PatchView(PatchResult):
+    @computed_field
+    def exit_code(self) -> int:
+        return 0 if self.success else 1
+
+
+class SnapshotBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    snapshot_id: str | None = Field(None, description="client-chosen: a retried snapshot is a no-op")
+
+
+class ForkBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    k: int = Field(ge=1, le=256)
+    labels: dict[str, str] = Field(default_factory=dict)
+    sandbox_ids: list[str] | None = Field(None, description="client-chosen ids, one per branch")
+
+
+class SnapshotDeleted(BaseModel):
+    snapshot_id: str
+    deleted: bool
+
+
+# -- service ------------------------------------------------------------------------------------
+
+
+class ServiceInfo(BaseModel):
+    service: str = "pomona"
+    version: str
+    status: Literal["running"] = "running"
+
+
+class Health(BaseModel):
+    status: Literal["healthy"] = "healthy"
+
+
+class Capacity(BaseModel):
+    cpu: float
+    memory_bytes: int
+
+
+class Node(BaseModel):
+    name: str
+    capacity: Capacity
+    allocatable: Capacity
+
+
+class SandboxUsage(BaseModel):
+    name: str
+    namespace: str = "pomona"
+    phase: str
+    cpu_request: float | None
+    memory_request_bytes: int | None
+
+
+class Resources(BaseModel):
+    """Orchard's /resources shape; `sandbox_pods` lists the caller's sandboxes."""
+
+    status: Literal["ok"] = "ok"
+    nodes: list[Node]
+    total_capacity: Capacity
+    total_allocatable: Capacity
+    total_requested: Capacity
+    available: Capacity
+    sandbox_pods: list[SandboxUsage]

@@ -1,0 +1,554 @@
+"""What one service replica does on top of SandboxService so that many replicas can share a pool:
+leases in the store before anything is created, ownership per API key, exec jobs with
+idempotency keys, an exec lock that holds across replicas, a TTL reaper that one replica runs at
+a time, and a reconcile that adopts what is owned and removes orphans.
+
+Invariants (the fault tests check them):
+- a lease (store record) exists before the runtime creates anything, and goes after it deleted it,
+  so a sandbox without a lease is an orphan and a lease in "creating" is never reaped while its
+  replica lives;
+- a job runs at most once: its idempotency key maps to one job id, and a job whose replica died is
+  reported failed ("lost"), never re-run;
+- exec on one sandbox is never concurrent: a per-replica asyncio lock, then a store lock that
+  names its holder replica (stolen only from a replica found dead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from pomona.orchestrator.api_models import JobNotFound, WaitTimedOut, rebuild_error
+from pomona.orchestrator.errors import (
+    PomonaError,
+    SandboxConflict,
+    SandboxNotFound,
+    SnapshotNotFound,
+)
+from pomona.orchestrator.runtime import Pty
+from pomona.orchestrator.service import SandboxService, new_id
+from pomona.orchestrator.store import JobRecord, SandboxRecord, Store
+from pomona.orchestrator.types import (
+    ExecChunk,
+    ExecRequest,
+    ExecResult,
+    PatchResult,
+    SandboxSpec,
+    SnapshotInfo,
+    check_id,
+)
+
+log = logging.getLogger("pomona.service")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an API key's name. Admins see every sandbox."""
+
+    name: str
+    admin: bool = False
+
+    def owns(self, owner: str | None) -> bool:
+        return self.admin or owner == self.name
+
+
+@dataclass
+class Timing:
+    """The service's clocks; tests shorten them."""
+
+    maintenance_interval: float = 1.0  # reaper, liveness beat, job purge
+    replica_ttl: float = 5.0  # a replica silent this long is dead
+    lock_ttl: float = 15.0  # an exec lock not renewed this long is free
+    create_wait: float = 900.0  # how long a create waits for another replica creating the same id
+    job_keep_local: float = 60.0  # finished jobs stay in memory (for streams) this long
+
+
+@dataclass
+class _LiveJob:
+    """A job this replica runs: its output so far, for streams and waits."""
+
+    record: JobRecord
+    chunks: list[ExecChunk] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    on_finish: Callable[[], None] | None = None
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class Coordinator:
+    def __init__(self, service: SandboxService, store: Store, timing: Timing | None = None):
+        self.service, self.store = service, store
+        self.timing = timing or Timing()
+        self.replica = secrets.token_hex(6)
+        self._jobs: dict[str, _LiveJob] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._synced: dict[str, float] = {}  # sandbox id -> created_at this replica's runtime knows
+        self._background: set[asyncio.Task] = set()
+        self._maintenance: asyncio.Task | None = None
+        self._ticks = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.start()
+        await self.store.beat(self.replica, self.timing.replica_ttl)
+        await self.service.start()
+        await self.reconcile()
+        self._maintenance = asyncio.create_task(self._maintain_forever())
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._maintenance, *self._background) if t]
+        for task in tasks:
+            task.cancel()
+        for job in list(self._jobs.values()):
+            if job.task and not job.task.done():
+                job.task.cancel()
+                tasks.append(job.task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.service.close()
+        await self.store.close()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def reconcile(self) -> None:
+        """Adopt what has a lease, remove what has none, drop leases whose sandbox is gone.
+        The runtime is listed before the store: a sandbox being created already has its lease."""
+        running = {i.id for i in await self.service.runtime.list()}
+        records = {r.id: r for r in await self.store.list_sandboxes()}
+        for sandbox_id in running - records.keys():
+            log.warning("removing orphan sandbox %s (no lease in the store)", sandbox_id)
+            await self.service.delete(sandbox_id)
+        for record in records.values():
+            if record.status == "creating":
+                await self._recover_creating(record)
+            elif not await self._sync(record, force=True):
+                log.warning("dropping the lease of %s: its sandbox is gone", record.id)
+                await self.store.delete_sandbox(record.id)
+
+    async def _recover_creating(self, record: SandboxRecord) -> None:
+        """A create whose replica died: remove what it left, then the lease."""
+        if record.replica == self.replica or await self.store.alive(record.replica):
+            return
+        if await self.store.try_lock("create:" + record.id, self.replica, 60) is None:
+            try:
+                current = await self.store.get_sandbox(record.id)
+                if current and current.status == "creating" and current.replica == record.replica:
+                    log.warning("removing %s: its creator replica %s died", record.id, record.replica)
+                    await self.service.delete(record.id)
+                    await self.store.delete_sandbox(record.id)
+            finally:
+                await self.store.unlock("create:" + record.id, self.replica)
+
+    async def _maintain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.timing.maintenance_interval)
+            try:
+                await self.maintain()
+            except Exception as e:  # the store may be restarting: try again next tick
+                log.warning("maintenance pass failed: %s", e)
+
+    async def maintain(self) -> None:
+        self._ticks += 1
+        await self.store.beat(self.replica, self.timing.replica_ttl)
+        if await self.store.try_lock("maintenance", self.replica,
+                                     self.timing.maintenance_interval * 3) is not None:
+            return  # another replica is the reaper this round
+        await self.reap()
+        if self._ticks % 5 == 1:
+            for record in await self.store.list_sandboxes():
+                if record.status == "creating":
+                    await self._recover_creating(record)
+            await self.store.purge_jobs(time.time())
+
+    # -- sandboxes ----------------------------------------------------------------------------
+
+    async def _sync(self, record: SandboxRecord, force: bool = False) -> bool:
+        """Make this replica's runtime see the sandbox another replica created (or re-created)."""
+        if not force and self._synced.get(record.id) == record.created_at:
+            return True
+        refresh = getattr(self.service.runtime, "refresh", None)
+        if refresh is not None:
+            found = await refresh(record.id)
+        else:
+            found = any(i.id == record.id for i in await self.service.runtime.list())
+        if found:
+            self._synced[record.id] = record.created_at
+        return found
+
+    async def sandbox(self, who: Principal, sandbox_id: str) -> SandboxRecord:
+        """The caller's sandbox, ready and visible to this replica's runtime, or SandboxNotFound."""
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None or not who.owns(record.owner):
+            raise SandboxNotFound(sandbox_id)
+        if record.status == "ready" and not await self._sync(record):
+            raise SandboxNotFound(sandbox_id)
+        return record
+
+    async def create(self, who: Principal, spec: SandboxSpec, sandbox_id: str | None = None,
+                     snapshot: SnapshotInfo | None = None) -> SandboxRecord:
+        """Idempotent on the id; runs to the end even if the caller goes away, so a retry finds it."""
+        sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
+        task = asyncio.ensure_future(self._create(who, spec, sandbox_id, snapshot))
+        return await asyncio.shield(task)
+
+    async def _create(self, who: Principal, spec: SandboxSpec, sandbox_id: str,
+                      snapshot: SnapshotInfo | None) -> SandboxRecord:
+        now = time.time()
+        lease = SandboxRecord(id=sandbox_id, owner=who.name, spec=spec, replica=self.replica,
+                              runtime=self.service.runtime.name, created_at=now, heartbeat_at=now,
+                              snapshot=snapshot.id if snapshot else None)
+        deadline = time.monotonic() + self.timing.create_wait
+        while (existing := await self.store.claim_sandbox(lease)) is not None:
+            if not who.owns(existing.owner):
+                raise SandboxConflict(f"sandbox id {sandbox_id!r} is taken; pick another id")
+            if existing.spec != spec:
+                raise SandboxConflict(f"sandbox {sandbox_id!r} exists with a different spec; "
+                                      "pick another id or delete it first")
+            if existing.status == "ready":
+                await self._sync(existing)
+                return existing
+            if time.monotonic() > deadline:
+                raise SandboxConflict(f"sandbox {sandbox_id!r} is still being created elsewhere")
+            await self._recover_creating(existing)  # its creator died: the next claim wins
+            await asyncio.sleep(0.02)
+        try:
+            await self._forget(sandbox_id)
+            info = await self.service.create(spec, sandbox_id, snapshot)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.service.delete(sandbox_id)
+            await self.store.delete_sandbox(sandbox_id)
+            raise
+        lease = lease.model_copy(update={"status": "ready", "runtime": info.runtime,
+                                         "heartbeat_at": time.time()})
+        await self.store.put_sandbox(lease)
+        self._synced[sandbox_id] = lease.created_at
+        return lease
+
+    async def _forget(self, sandbox_id: str) -> None:
+        """Drop a stale view of an id (deleted elsewhere) before creating it anew."""
+        self._synced.pop(sandbox_id, None)
+        refresh = getattr(self.service.runtime, "refresh", None)
+        if refresh is not None:
+            await refresh(sandbox_id)
+
+    async def wait_ready(self, who: Principal, sandbox_id: str, timeout: float) -> SandboxRecord:
+        deadline = time.monotonic() + timeout
+        while (record := await self.sandbox(who, sandbox_id)).status != "ready":
+            if time.monotonic() >= deadline:
+                raise WaitTimedOut(f"sandbox {sandbox_id!r} was not ready within {timeout:g} s; "
+                                   "it is still being created: wait again")
+            await asyncio.sleep(0.05)
+        return record
+
+    async def list(self, who: Principal, labels: dict[str, str]) -> list[SandboxRecord]:
+        return [r for r in await self.store.list_sandboxes()
+                if who.owns(r.owner) and all(r.spec.labels.get(k) == v for k, v in labels.items())]
+
+    async def heartbeat(self, who: Principal, sandbox_id: str) -> SandboxRecord:
+        record = await self.sandbox(who, sandbox_id)
+        record = record.model_copy(update={"heartbeat_at": time.time()})
+        await self.store.put_sandbox(record)
+        return record
+
+    async def delete(self, who: Principal, sandbox_id: str, reaped: bool = False) -> bool:
+        """Idempotent. The sandbox goes first, its lease after: a crash in between leaves a lease
+        that the next reconcile drops, never a sandbox without one."""
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None or not who.owns(record.owner):
+            return False
+        if record.status == "creating":
+            with contextlib.suppress(PomonaError):
+                record = await self.wait_ready(who, sandbox_id, 60)
+        await self._sync(record, force=True)
+        await self.service.delete(sandbox_id)
+        await self.store.delete_sandbox(sandbox_id, reaped=reaped)
+        self._synced.pop(sandbox_id, None)
+        self._locks.pop(sandbox_id, None)
+        return True
+
+    async def reap(self) -> list[str]:
+        """Delete every sandbox whose TTL ran out without a heartbeat."""
+        reaped = []
+        admin = Principal("reaper", admin=True)
+        for sandbox_id in await self.store.expired(time.time()):
+            record = await self.store.get_sandbox(sandbox_id)
+            if record and record.status == "ready" and await self.delete(admin, sandbox_id, reaped=True):
+                log.info("reaped %s (owner %s): no heartbeat within its TTL", sandbox_id, record.owner)
+                reaped.append(sandbox_id)
+        return reaped
+
+    # -- exec lock ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def exec_lock(self, sandbox_id: str) -> AsyncIterator[None]:
+        """Serializes commands on one sandbox across replicas, in arrival order within one."""
+        async with self._locks.setdefault(sandbox_id, asyncio.Lock()):
+            name, me = "exec:" + sandbox_id, f"{self.replica}/{secrets.token_hex(4)}"
+            delay, checked = 0.002, time.monotonic()
+            while (holder := await self.store.try_lock(name, me, self.timing.lock_ttl)) is not None:
+                if holder and time.monotonic() - checked > 0.5:
+                    checked = time.monotonic()
+                    if not await self.store.alive(holder.split("/")[0]):
+                        await self.store.steal_lock(name, holder)
+                        continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            renew = self._spawn(self._renew(name, me))
+            try:
+                yield
+            finally:
+                renew.cancel()
+                self._spawn(self._unlock(name, me))
+
+    async def _renew(self, name: str, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self.timing.lock_ttl / 3)
+            with contextlib.suppress(Exception):
+                await self.store.try_lock(name, holder, self.timing.lock_ttl)
+
+    async def _unlock(self, name: str, holder: str) -> None:
+        """Release, retrying while the store is away; the lock's TTL is the last resort."""
+        deadline = time.monotonic() + self.timing.lock_ttl
+        while True:
+            try:
+                return await self.store.unlock(name, holder)
+            except Exception:
+                if time.monotonic() > deadline:
+                    return
+                await asyncio.sleep(0.2)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    async def submit(self, who: Principal, sandbox_id: str, request: ExecRequest,
+                     idempotency_key: str | None = None,
+                     on_finish: Callable[[], None] | None = None) -> tuple[JobRecord, bool]:
+        """Start a job, or return the one already started under this key: (job, is_new).
+        `on_finish` runs when a new job ends (the server frees its admission slot there)."""
+        await self.sandbox(who, sandbox_id)
+        job = JobRecord(id=new_id("job"), sandbox_id=sandbox_id, owner=who.name,
+                        replica=self.replica, request=request, created_at=time.time())
+        key = f"{who.name}:{sandbox_id}:{idempotency_key}" if idempotency_key else None
+        stored = await self.store.add_job(job, key)
+        if stored.id != job.id:
+            if stored.request != request:
+                raise SandboxConflict(f"idempotency key {idempotency_key!r} was used for a different "
+                                      "command; use a new key per command")
+            return stored, False
+        live = self._jobs[job.id] = _LiveJob(job, on_finish=on_finish)
+        live.task = asyncio.create_task(self._run(live))
+        return job, True
+
+    async def _run(self, live: _LiveJob) -> None:
+        job = live.record
+        watcher = None
+        try:
+            async with self.exec_lock(job.sandbox_id):
+                job.status, job.started_at = "running", time.time()
+                await self.store.put_job(job)
+                watcher = self._spawn(self._watch_cancel(job.id, asyncio.current_task()))
+                async for item in self.service.exec_stream(job.sandbox_id, job.request):
+                    if isinstance(item, ExecResult):
+                        job.result = item
+                    else:
+                        live.chunks.append(item)
+                        live.notify()
+            job.status = "succeeded" if job.result and job.result.ok else "failed"
+        except asyncio.CancelledError:
+            job.status, job.error, job.error_type = "cancelled", "the job was cancelled", "JobCancelled"
+        except Exception as e:
+            job.status, job.error = "failed", str(e) or type(e).__name__
+            job.error_type = type(e).__name__ if isinstance(e, PomonaError) else "SandboxFailed"
+        finally:
+            if watcher:
+                watcher.cancel()
+            job.completed_at = time.time()
+            if live.on_finish:
+                live.on_finish()
+            live.finished.set()
+            live.notify()
+            self._spawn(self._persist(job))
+            self._spawn(self._forget_job(job.id))
+
+    async def _persist(self, job: JobRecord) -> None:
+        """Write the finished job, retrying while the store is away (its waiters have it already)."""
+        for attempt in range(600):
+            try:
+                return await self.store.put_job(job)
+            except Exception:
+                await asyncio.sleep(min(0.1 * 2**attempt, 1.0))
+
+    async def _forget_job(self, job_id: str) -> None:
+        await asyncio.sleep(self.timing.job_keep_local)
+        self._jobs.pop(job_id, None)
+
+    async def _watch_cancel(self, job_id: str, task: asyncio.Task | None) -> None:
+        """A cancel sent to another replica arrives through the store."""
+        while True:
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(Exception):
+                job = await self.store.get_job(job_id)
+                if job and job.cancel_requested and task:
+                    task.cancel()
+                    return
+
+    async def job(self, who: Principal, job_id: str) -> JobRecord:
+        if live := self._jobs.get(job_id):
+            job = live.record
+        else:
+            job = await self.store.get_job(job_id)
+            if job and not job.done and job.replica != self.replica and \
+                    not await self.store.alive(job.replica):
+                job = await self._lost(job)
+        if job is None or not who.owns(job.owner):
+            raise JobNotFound(job_id)
+        return job
+
+    async def _lost(self, job: JobRecord) -> JobRecord:
+        job.status, job.completed_at = "failed", time.time()
+        job.error_type = "SandboxFailed"
+        job.error = (f"job {job.id} was lost: the replica running it stopped mid-command. The "
+                     "command may have run partly; it was not re-run. Check the sandbox's state.")
+        await self.store.put_job(job)
+        return job
+
+    async def wait(self, who: Principal, job_id: str, timeout: float | None) -> JobRecord:
+        """The finished job, or WaitTimedOut (408) when `timeout` passes first."""
+        job = await self.job(who, job_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if live := self._jobs.get(job_id):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.finished.wait(), timeout)
+            job = live.record
+        else:
+            delay = 0.01
+            while not job.done and (deadline is None or time.monotonic() < deadline):
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, 0.25)
+                job = await self.job(who, job_id)
+        if not job.done:
+            error = WaitTimedOut(f"job {job_id} is still {job.status} after {timeout:g} s; wait again "
+                                 f"(GET /jobs/{job_id}/wait) or cancel it")
+            error.job_id = job_id
+            raise error
+        return job
+
+    async def cancel(self, who: Principal, job_id: str) -> JobRecord:
+        job = await self.job(who, job_id)
+        if job.done:
+            return job
+        if (live := self._jobs.get(job_id)) and live.task:
+            live.task.cancel()
+            await asyncio.wait({live.task})
+            return live.record
+        job.cancel_requested = True
+        await self.store.put_job(job)
+        return await self.wait(who, job_id, 30)
+
+    async def stream(self, who: Principal, job_id: str) -> AsyncIterator[ExecChunk | ExecResult]:
+        """The job's output as it comes (from the start), then its result; a job another replica
+        ran comes as its collected output."""
+        live = self._jobs.get(job_id)
+        if live is None:
+            job = await self.wait(who, job_id, None)
+            for stream in ("stdout", "stderr"):
+                if job.result and getattr(job.result, stream):
+                    yield ExecChunk(stream=stream, data=getattr(job.result, stream))
+        else:
+            sent = 0
+            while True:
+                changed = live.changed
+                while sent < len(live.chunks):
+                    sent += 1
+                    yield live.chunks[sent - 1]
+                if live.finished.is_set():
+                    break
+                await changed.wait()
+            job = live.record
+        if job.result is None:
+            raise rebuild_error(job.error_type, job.error or "the job failed")
+        yield job.result
+
+    # -- operations that run commands: under the exec lock --------------------------------------
+
+    async def apply_patch(self, who: Principal, sandbox_id: str, patch: str, cwd: str | None,
+                          timeout: float) -> PatchResult:
+        await self.sandbox(who, sandbox_id)
+        async with self.exec_lock(sandbox_id):
+            return await self.service.apply_patch(sandbox_id, patch, cwd, timeout)
+
+    async def open_connection(self, who: Principal, sandbox_id: str, port: int):
+        await self.sandbox(who, sandbox_id)
+        return await self.service.open_connection(sandbox_id, port)
+
+    async def open_pty(self, who: Principal, sandbox_id: str, request: ExecRequest,
+                       rows: int, cols: int) -> Pty:
+        await self.sandbox(who, sandbox_id)
+        return await self.service.open_pty(sandbox_id, request, rows, cols)
+
+    # -- snapshot and fork --------------------------------------------------------------------
+
+    async def snapshot(self, who: Principal, sandbox_id: str, snapshot_id: str | None) -> SnapshotInfo:
+        await self.sandbox(who, sandbox_id)
+        snapshot_id = check_id(snapshot_id or new_id("snap"), "snapshot id")
+        try:
+            info = await self.service.snapshot(sandbox_id, snapshot_id)
+        except SandboxConflict:  # a retry of a snapshot that was taken: the same answer
+            info = await self._snapshot(who, snapshot_id)
+            if info.sandbox_id != sandbox_id:
+                raise
+            return info
+        await self.store.set_snapshot_owner(snapshot_id, who.name)
+        return info
+
+    async def _snapshot(self, who: Principal, snapshot_id: str) -> SnapshotInfo:
+        owner = await self.store.snapshot_owner(snapshot_id)
+        found = next((s for s in await self.service.list_snapshots() if s.id == snapshot_id), None)
+        if found is None or not who.owns(owner):
+            raise SnapshotNotFound(snapshot_id)
+        return found
+
+    async def list_snapshots(self, who: Principal) -> list[SnapshotInfo]:
+        return [s for s in await self.service.list_snapshots()
+                if who.owns(await self.store.snapshot_owner(s.id))]
+
+    async def delete_snapshot(self, who: Principal, snapshot_id: str) -> bool:
+        try:
+            await self._snapshot(who, snapshot_id)
+        except SnapshotNotFound:
+            return False
+        deleted = await self.service.delete_snapshot(snapshot_id)
+        await self.store.set_snapshot_owner(snapshot_id, None)
+        return deleted
+
+    async def fork(self, who: Principal, snapshot_id: str, k: int, labels: dict[str, str],
+                   ids: list[str] | None) -> list[SandboxRecord]:
+        """k sandboxes from one snapshot, each with its lease; all or nothing."""
+        snapshot = await self._snapshot(who, snapshot_id)
+        if ids is not None and len(ids) != k:
+            raise SandboxConflict(f"fork got {len(ids)} sandbox ids for k={k}")
+        spec = snapshot.spec.model_copy(update={"labels": {**snapshot.spec.labels, **labels}})
+        ids = ids or [new_id() for _ in range(k)]
+        results = await asyncio.gather(*(self.create(who, spec, i, snapshot) for i in ids),
+                                       return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for r in results:
+                if isinstance(r, SandboxRecord):
+                    await self.delete(who, r.id)
+            raise failures[0]
+        return list(results)  # type: ignore[arg-type]
