@@ -300,12 +300,13 @@ class Coordinator:
         async with self._locks.setdefault(sandbox_id, asyncio.Lock()):
             name, me = "exec:" + sandbox_id, f"{self.replica}/{secrets.token_hex(4)}"
             delay, checked = 0.002, time.monotonic()
-            while (holder := await self.store.try_lock(name, me, self.timing.lock_ttl)) is not None:
+            while (holder := await self._try_lock(name, me)) is not None:
                 if holder and time.monotonic() - checked > 0.5:
                     checked = time.monotonic()
-                    if not await self.store.alive(holder.split("/")[0]):
-                        await self.store.steal_lock(name, holder)
-                        continue
+                    with contextlib.suppress(Exception):
+                        if not await self.store.alive(holder.split("/")[0]):
+                            await self.store.steal_lock(name, holder)
+                            continue
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
             renew = self._spawn(self._renew(name, me))
@@ -314,6 +315,14 @@ class Coordinator:
             finally:
                 renew.cancel()
                 self._spawn(self._unlock(name, me))
+
+    async def _try_lock(self, name: str, holder: str) -> str | None:
+        """A store that is away (restarting) counts as contention: wait for it, do not fail."""
+        try:
+            return await self.store.try_lock(name, holder, self.timing.lock_ttl)
+        except Exception as e:
+            log.warning("exec lock %s: store unreachable (%s); waiting", name, e)
+            return ""
 
     async def _renew(self, name: str, holder: str) -> None:
         while True:
@@ -359,7 +368,8 @@ class Coordinator:
         try:
             async with self.exec_lock(job.sandbox_id):
                 job.status, job.started_at = "running", time.time()
-                await self.store.put_job(job)
+                with contextlib.suppress(Exception):  # informational; the final write retries
+                    await self.store.put_job(job)
                 watcher = self._spawn(self._watch_cancel(job.id, asyncio.current_task()))
                 async for item in self.service.exec_stream(job.sandbox_id, job.request):
                     if isinstance(item, ExecResult):
