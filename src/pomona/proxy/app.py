@@ -17,6 +17,7 @@ from pomona.proxy import scripted
 from pomona.proxy.config import SCRIPTED, ProxyConfig
 from pomona.proxy.dialects import DIALECTS, Dialect
 from pomona.proxy.episodes import Episode, Episodes
+from pomona.proxy.policy import POLICY, CallExpired
 from pomona.proxy.recording import Call, Recorder
 from pomona.proxy.sse import Parser
 from pomona.proxy.upstream import Outcome, UpstreamError, Upstreams
@@ -136,17 +137,20 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
             call.finish("refused", 410, error=message)
             return error_response(dialect, 410, message, "episode_closed")
         tool_less_is_side = episode.tool_less_is_side if episode else True
-        call.request(raw, body, side=tool_less_is_side and scripted.is_side(dialect, body))
+        side = tool_less_is_side and scripted.is_side(dialect, body)
+        call.request(raw, body, side=side)
         model = (episode.model if episode and episode.model else None) or body.get("model")
         try:
-            outcome = await _dispatch(model, dialect, raw, body, request, episode)
+            outcome = await _dispatch(model, dialect, raw, body, request, episode, side)
         except BadRequest as e:
             call.route(model, None)
             call.finish("client_error", e.status, error=e.message)
             return error_response(dialect, e.status, e.message, e.code)
         except UpstreamError as e:
             route = state.config.route(str(model))
-            call.route(model, route.path_for(dialect.name) if route else None)
+            call.route(
+                model, route.path_for(dialect.name) if route else getattr(e, "upstream", None)
+            )
             call.finish("upstream_error", e.status, error=e.message)
             return error_response(dialect, e.status, e.message, "upstream_error")
         call.route(model, outcome.upstream)
@@ -166,7 +170,11 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
         body: dict[str, Any],
         request: Request,
         episode: Episode | None,
+        side: bool,
     ) -> Outcome:
+        if episode is not None and episode.policy is not None:
+            final = await episode.policy.answer(dialect, body, side=side)
+            return _rendered(dialect, final, body, POLICY)
         if model == SCRIPTED or (episode is not None and episode.model == SCRIPTED):
             script = episode.script if episode else state.config.default_script
             reply = scripted.reply(
@@ -177,9 +185,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
                 tool_less_is_side=episode.tool_less_is_side if episode else True,
             )
             final = dialect.final(reply, str(body.get("model") or SCRIPTED), body)
-            if dialect.is_stream(body):
-                return Outcome(200, stream=_aiter(dialect.events(final, body)), upstream="scripted")
-            return Outcome(200, json.dumps(final, ensure_ascii=False).encode(), upstream="scripted")
+            return _rendered(dialect, final, body, "scripted")
         route = state.config.route(str(model)) if isinstance(model, str) else None
         if route is None:
             raise BadRequest(
@@ -221,6 +227,8 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
                 final=spec.get("final", "done"),
                 tool_less_is_side=spec.get("tool_less_calls", "side") == "side",
             )
+            if ep.policy is not None and spec.get("policy_timeout") is not None:
+                ep.policy.timeout = float(spec["policy_timeout"])
         except (ValueError, KeyError, TypeError) as e:
             return JSONResponse(DIALECTS["chat"].error(400, str(e)), status_code=400)
         base = state.base_url(request)
@@ -256,6 +264,51 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
             return JSONResponse(DIALECTS["chat"].error(400, str(e)), status_code=400)
         ep = state.close_episode(key, outcome)
         return JSONResponse(ep.public())
+
+    # --- the policy of a "policy" episode, over HTTP (in-process: Episode.policy) ----------
+    def _policy_of(key: str) -> Any:
+        ep = state.episodes.get(key)
+        if ep is None or ep.policy is None:
+            raise BadRequest(404, f"no policy episode {key!r}", "episode_not_found")
+        return ep.policy
+
+    @app.get("/episodes/{key}/calls/next")
+    async def next_policy_call(key: str, timeout: float = 30.0) -> Response:
+        """The next held call (dialect-neutral); 204 once the episode is over, 408 on timeout."""
+        try:
+            policy = _policy_of(key)
+            call = await anyio.to_thread.run_sync(policy.next_call, min(timeout, 600.0))
+        except BadRequest as e:
+            return JSONResponse(DIALECTS["chat"].error(e.status, e.message), status_code=e.status)
+        except TimeoutError as e:
+            return JSONResponse(DIALECTS["chat"].error(408, str(e)), status_code=408)
+        if call is None:
+            return Response(status_code=204)
+        return JSONResponse(
+            {
+                "sequence": call.sequence,
+                "stream": call.stream,
+                "model": call.model,
+                **call.observation(),
+            }
+        )
+
+    @app.post("/episodes/{key}/calls/{sequence}/reply")
+    async def reply_policy_call(key: str, sequence: int, request: Request) -> Response:
+        """Release a held call with {"text", "tool_calls": [{"name", "arguments"}]}."""
+        try:
+            policy = _policy_of(key)
+            call = policy.held(sequence)
+            if call is None:
+                raise BadRequest(409, f"call {sequence} is not waiting", "call_expired")
+            policy.reply(call, json.loads(await request.body() or b"{}"))
+        except BadRequest as e:
+            return JSONResponse(DIALECTS["chat"].error(e.status, e.message), status_code=e.status)
+        except CallExpired as e:
+            return JSONResponse(DIALECTS["chat"].error(409, str(e)), status_code=409)
+        except (ValueError, TypeError) as e:
+            return JSONResponse(DIALECTS["chat"].error(400, str(e)), status_code=400)
+        return JSONResponse({"released": sequence})
 
     # --- discovery and probes --------------------------------------------------------------
     def models_list() -> dict[str, Any]:
@@ -327,6 +380,15 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
 async def _aiter(items: Iterable[bytes]) -> AsyncIterator[bytes]:
     for item in items:
         yield item
+
+
+def _rendered(
+    dialect: Dialect, final: dict[str, Any], body: dict[str, Any], upstream: str
+) -> Outcome:
+    """An answer the proxy made itself (scripted model, policy), streamed if the caller asked."""
+    if dialect.is_stream(body):
+        return Outcome(200, stream=_aiter(dialect.events(final, body)), upstream=upstream)
+    return Outcome(200, json.dumps(final, ensure_ascii=False).encode(), upstream=upstream)
 
 
 def _whole(call: Call, dialect: Dialect, outcome: Outcome) -> Response:

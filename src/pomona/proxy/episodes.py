@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pomona.proxy.dialects import TokenData
+from pomona.proxy.policy import POLICY, Policy
 from pomona.trajectories.faithfulness import Verdict, judge
 
 
@@ -24,6 +25,7 @@ class Episode:
     metadata: dict[str, Any] = field(default_factory=dict)
     final: str = "done"  # the scripted model's last message
     tool_less_is_side: bool = True  # False: tool-less calls are policy turns (text protocols)
+    policy: Policy | None = None  # model "policy": calls wait for an outside policy's reply
     opened_at: datetime = field(default_factory=utcnow)
     closed_at: datetime | None = None
     calls: int = 0
@@ -31,6 +33,10 @@ class Episode:
     _main_judged: int = 0
     _last_tokens: list[int] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.model == POLICY and self.policy is None:
+            self.policy = Policy()
 
     @property
     def closed(self) -> bool:
@@ -92,4 +98,6 @@ class Episodes:
         ep = self._by_key[key]
         if ep.closed_at is None:
             ep.closed_at = utcnow()
+        if ep.policy is not None:
+            ep.policy.close()
         return ep

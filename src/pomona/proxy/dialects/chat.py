@@ -92,25 +92,34 @@ class Chat(Dialect):
             head_first = {**head, "prompt_token_ids": final["prompt_token_ids"]}
         else:
             head_first = head
-        if msg.get("tool_calls"):
-            tc = msg["tool_calls"][0]
-            opening = {
-                "index": 0,
-                "id": tc["id"],
-                "type": "function",
-                "function": {"name": tc["function"]["name"], "arguments": ""},
-            }
-            first = {"role": "assistant", "content": None, "tool_calls": [opening]}
-            body_delta = {
-                "tool_calls": [{"index": 0, "function": {"arguments": tc["function"]["arguments"]}}]
-            }
+        calls = msg.get("tool_calls") or []
+        # after the first chunk: any text, then each call's opening and its arguments
+        deltas: list[dict[str, Any]] = []
+        if calls:
+            first: dict[str, Any] = {"role": "assistant", "content": None}
+            if msg.get("content"):
+                deltas.append({"content": msg["content"]})
+            for i, tc in enumerate(calls):
+                opening = {
+                    "index": i,
+                    "id": tc["id"],
+                    "type": "function",
+                    "function": {"name": tc["function"]["name"], "arguments": ""},
+                }
+                if i == 0 and not deltas:
+                    first["tool_calls"] = [opening]
+                else:
+                    deltas.append({"tool_calls": [opening]})
+                args = tc["function"]["arguments"]
+                deltas.append({"tool_calls": [{"index": i, "function": {"arguments": args}}]})
         else:
             first = {"role": "assistant", "content": ""}
-            body_delta = {"content": msg.get("content") or ""}
+            deltas.append({"content": msg.get("content") or ""})
         yield frame(
             {**head_first, "choices": [{"index": 0, "delta": first, "finish_reason": None}]}
         )
-        yield chunk(body_delta, None, **tokens)
+        for i, delta in enumerate(deltas):
+            yield chunk(delta, None, **(tokens if i == len(deltas) - 1 else {}))
         yield chunk({}, choice["finish_reason"])
         if (body.get("stream_options") or {}).get("include_usage"):
             yield frame({**head, "choices": [], "usage": final["usage"]})
