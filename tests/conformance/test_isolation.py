@@ -85,7 +85,7 @@ def test_sandboxes_do_not_see_each_other(client, image):
         a.write_file("/tmp/a-only", "secret of a")
         assert "sleep 300" not in b.exec("ps -eo args").stdout
         assert b.exec("cat /tmp/a-only").exit_code != 0
-        assert b.exec("kill -9 -1", user="root").exit_code in (0, 1)
+        b.exec("kill -9 -1", user="root")  # everything b can see, as b's root
         assert a.exec("ps -eo args").stdout.count("sleep 300") == 1  # b could not kill a's process
 
 

@@ -15,8 +15,9 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pomona.orchestrator.types import ExecChunk, ExecResult
 
@@ -65,100 +66,146 @@ class OutputCollector:
             truncated=out.truncated or err.truncated)
 
 
-async def run_process(
-    proc: subprocess.Popen,
-    *,
-    stdin: bytes | None,
-    timeout: float | None,
-    cap: int,
-    kill: Callable[[], Awaitable[None]] | None = None,
-) -> AsyncIterator[ExecChunk | ExecResult]:
-    """Stream a started process's output; on timeout kill its process group.
+END = ("", None)  # the last item a command puts on its queue: no more output
 
-    The exit is watched through a pidfd, not through the pipes: a background child that keeps
-    stdout open must not keep the exec waiting (asyncio's own subprocess.wait() would).
-    """
-    loop = asyncio.get_running_loop()
+
+class Command(Protocol):
+    """A started command, whatever runs it. Runtimes adapt their process to this and get the
+    exec semantics below for free."""
+
+    queue: asyncio.Queue[tuple[str, bytes | None]]  # ("stdout"|"stderr", data), then END
+
+    async def wait(self) -> int:
+        """The exit code; -N when killed by signal N."""
+
+    async def kill(self) -> None:
+        """SIGKILL the command's whole process group."""
+
+    async def feed_stdin(self, data: bytes) -> None:
+        """Write stdin, then close it so the command reads EOF."""
+
+    async def close(self) -> None: ...
+
+
+async def stream(command: Command, *, stdin: bytes | None, timeout: float | None,
+                 cap: int) -> AsyncIterator[ExecChunk | ExecResult]:
+    """Stream a command's output with caps; on timeout kill its process group. After it exits,
+    output still held open by its background children is read for DRAIN_GRACE, then left."""
     started = time.monotonic()
     collector = OutputCollector(cap)
-    queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue()
-    paused: set[int] = set()
-    exited = loop.create_future()
-    pidfd = os.pidfd_open(proc.pid)
-    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
-    readers: dict[int, Callable[[], None]] = {}
-
-    def reader(name: str, fd: int) -> Callable[[], None]:
-        def on_readable() -> None:
-            try:
-                data = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                loop.remove_reader(fd)
-                readers.pop(fd, None)
-            queue.put_nowait((name, data or None))
-            if data and queue.qsize() >= QUEUE_LIMIT:  # back-pressure: a slow consumer pauses us
-                loop.remove_reader(fd)
-                paused.add(fd)
-        return on_readable
-
-    for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-        fd = pipe.fileno()  # type: ignore[union-attr]
-        os.set_blocking(fd, False)
-        readers[fd] = reader(name, fd)
-        loop.add_reader(fd, readers[fd])
-    feeder = asyncio.create_task(asyncio.to_thread(_feed, proc, stdin)) if proc.stdin else None
+    feeder = asyncio.create_task(command.feed_stdin(stdin)) if stdin is not None else None
+    exited = asyncio.create_task(command.wait())
     deadline = None if timeout is None else started + timeout
-    timed_out = False
-    open_streams = 2
+    timed_out, ended = False, False
     drain_until: float | None = None
+    getter: asyncio.Future | None = None
     try:
-        while open_streams:
-            if queue.qsize() < QUEUE_LIMIT // 2:
-                for fd in list(paused):
-                    paused.discard(fd)
-                    loop.add_reader(fd, readers[fd])
-            now = time.monotonic()
-            if exited.done() and drain_until is None:
-                drain_until = now + DRAIN_GRACE
-            limits = [t for t in (None if timed_out else deadline, drain_until) if t is not None]
-            wait = max(0.0, min(limits) - now) if limits else None
-            getter = asyncio.ensure_future(queue.get())
-            waiting = {getter} if exited.done() else {getter, exited}
-            done, _ = await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                name, data = getter.result()
-                if data is None:
-                    open_streams -= 1
-                elif chunk := collector.feed(name, data):
-                    yield chunk
-                continue
-            getter.cancel()
+        while not (ended and exited.done()):
             now = time.monotonic()
             if deadline is not None and not timed_out and now >= deadline and not exited.done():
                 timed_out = True
-                await (kill() if kill else _killpg(proc.pid))
+                await command.kill()
                 drain_until = now + DRAIN_GRACE + 1.0
-            elif drain_until is not None and now >= drain_until:
-                break
-        if not exited.done():
-            await exited
+            if exited.done() and drain_until is None:
+                drain_until = now + DRAIN_GRACE
+            if drain_until is not None and now >= drain_until and (exited.done() or now >= drain_until + 5):
+                break  # children hold the output open, or a kill never reported an exit
+            limits = [t for t in (None if timed_out else deadline, drain_until) if t is not None]
+            waiting: set[asyncio.Future] = set() if exited.done() else {exited}
+            if not ended:
+                getter = getter or asyncio.ensure_future(command.queue.get())
+                waiting.add(getter)
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED,
+                                         timeout=max(0.0, min(limits) - now) if limits else None)
+            if getter is not None and getter in done:
+                name, data = getter.result()
+                getter = None
+                if data is None:
+                    ended = True
+                elif chunk := collector.feed(name, data):
+                    yield chunk
     finally:
-        for fd in list(readers):
-            loop.remove_reader(fd)
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-        if proc.poll() is None:
-            await (kill() if kill else _killpg(proc.pid))
-        for pipe in (proc.stdout, proc.stderr):
-            pipe.close()  # type: ignore[union-attr]
+        if getter is not None:
+            getter.cancel()
         if feeder:
             feeder.cancel()
-    code = await asyncio.to_thread(proc.wait) if proc.poll() is None else proc.returncode
+        if not exited.done():
+            if not timed_out:
+                await command.kill()  # the caller stopped listening: the command goes too
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(exited), 5)
+        if not exited.done():
+            exited.cancel()
+        await command.close()
+    code = exited.result() if exited.done() and not exited.cancelled() else -9
     yield collector.result(code, started, timed_out)
+
+
+class LocalCommand:
+    """A Command over a local subprocess: its pipes pumped into the queue (a full queue pauses
+    the pipe, so a flood never buffers without bound), its exit watched through a pidfd (not the
+    pipes, which a background child may hold open)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self._tasks: list[asyncio.Task] = []
+        self._transports: list[asyncio.BaseTransport] = []
+
+    @classmethod
+    async def start(cls, proc: subprocess.Popen) -> LocalCommand:
+        self = cls(proc)
+        loop = asyncio.get_running_loop()
+        readers = []
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
+            transport, _ = await loop.connect_read_pipe(
+                lambda r=reader: asyncio.StreamReaderProtocol(r, loop=loop), pipe)
+            self._transports.append(transport)
+            readers.append((name, reader))
+        self._tasks.append(asyncio.create_task(self._pump(readers)))
+        return self
+
+    async def _pump(self, readers: list[tuple[str, asyncio.StreamReader]]) -> None:
+        async def one(name: str, reader: asyncio.StreamReader) -> None:
+            while data := await reader.read(READ_SIZE):
+                await self.queue.put((name, data))
+        try:
+            await asyncio.gather(*(one(n, r) for n, r in readers))
+        finally:
+            await self.queue.put(END)
+
+    async def wait(self) -> int:
+        await wait_pid_exit(self.proc.pid)
+        return await asyncio.to_thread(self.proc.wait)
+
+    async def kill(self) -> None:
+        await _killpg(self.proc.pid)
+
+    async def feed_stdin(self, data: bytes) -> None:
+        await asyncio.to_thread(_feed, self.proc, data)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for transport in self._transports:
+            transport.close()
+
+
+async def wait_pid_exit(pid: int) -> None:
+    """Wait for a process (our child or not) to exit, through a pidfd; never reaps it."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 def _feed(proc: subprocess.Popen, data: bytes | None) -> None:
@@ -179,7 +226,6 @@ class ProcessPty:
     def __init__(self, proc: subprocess.Popen, master: int):
         self.proc, self.master = proc, master
         os.set_blocking(master, False)
-        self._pidfd = os.pidfd_open(proc.pid)
 
     async def read(self, timeout: float | None = None) -> bytes:
         loop = asyncio.get_running_loop()
@@ -214,24 +260,18 @@ class ProcessPty:
             os.killpg(self.proc.pid, signum)
 
     async def wait(self, timeout: float | None = None) -> int | None:
-        loop = asyncio.get_running_loop()
-        exited = loop.create_future()
-        loop.add_reader(self._pidfd, lambda: exited.done() or exited.set_result(None))
         try:
-            await asyncio.wait_for(exited, timeout)
+            await asyncio.wait_for(wait_pid_exit(self.proc.pid), timeout)
         except TimeoutError:
             return None
-        finally:
-            loop.remove_reader(self._pidfd)
         return self.proc.wait()
 
     async def close(self) -> None:
         if self.proc.poll() is None:
             await self.signal(signal.SIGKILL)
             await asyncio.to_thread(self.proc.wait)
-        for fd in (self.master, self._pidfd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(self.master)
 
 
 def pty_preexec(then: Callable[[], None]) -> Callable[[], None]:

@@ -179,7 +179,7 @@ class _EngineExec:
         self.runtime, self.exec_id = runtime, exec_id
         self.reader, self.writer = reader, writer
         # bounded: a slow consumer stops us reading the socket, so the engine stops too
-        self.queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=execution.QUEUE_LIMIT)
+        self.queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue(maxsize=execution.QUEUE_LIMIT)
         self.pid = 0
         self.killed = False
         self.demux = asyncio.create_task(self._demux() if multiplexed else asyncio.sleep(0))
@@ -187,13 +187,16 @@ class _EngineExec:
     async def _demux(self) -> None:
         """Frames of an 8-byte header (stream, 0, 0, 0, big-endian size) and a payload."""
         names = {1: "stdout", 2: "stderr", 3: "stderr"}
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
-            while True:
-                header = await self.reader.readexactly(8)
-                size = int.from_bytes(header[4:8], "big")
-                payload = await self.reader.readexactly(size) if size else b""
-                if payload and header[0] in names:
-                    await self.queue.put((names[header[0]], payload))
+        try:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
+                while True:
+                    header = await self.reader.readexactly(8)
+                    size = int.from_bytes(header[4:8], "big")
+                    payload = await self.reader.readexactly(size) if size else b""
+                    if payload and header[0] in names:
+                        await self.queue.put((names[header[0]], payload))
+        finally:
+            await self.queue.put(execution.END)
 
     async def feed_stdin(self, data: bytes) -> None:
         with contextlib.suppress(OSError, RuntimeError):
@@ -223,7 +226,7 @@ class _EngineExec:
     async def wait(self) -> int:
         pid = self.pid or await self._find_pid()
         if pid:
-            await _wait_pid_exit(pid)
+            await execution.wait_pid_exit(pid)
         delay = 0.001
         deadline = time.monotonic() + 30
         while True:
@@ -254,68 +257,6 @@ class _EngineExec:
         self.writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.writer.wait_closed(), 1)
-
-    async def run(self, stdin: bytes | None, timeout: float | None,
-                  cap: int) -> AsyncIterator[ExecChunk | ExecResult]:
-        """The same semantics as execution.run_process: stream with caps; on timeout kill the
-        group; after the exit, read what is left for DRAIN_GRACE, then stop waiting for children
-        that hold the output open."""
-        started = time.monotonic()
-        collector = execution.OutputCollector(cap)
-        feeder = asyncio.create_task(self.feed_stdin(stdin)) if stdin is not None else None
-        exited = asyncio.create_task(self.wait())
-        deadline = None if timeout is None else started + timeout
-        timed_out = False
-        drain_until: float | None = None
-        getter: asyncio.Future | None = None
-        try:
-            while True:
-                now = time.monotonic()
-                if deadline is not None and not timed_out and now >= deadline and not exited.done():
-                    timed_out = True
-                    await self.kill()
-                    drain_until = now + execution.DRAIN_GRACE + 1.0
-                if exited.done() and drain_until is None:
-                    drain_until = now + execution.DRAIN_GRACE
-                eof = self.demux.done() and self.queue.empty()
-                if (eof and exited.done()) or (drain_until is not None and now >= drain_until
-                                               and exited.done()):
-                    break
-                if drain_until is not None and now >= drain_until + 5:
-                    break  # killed, yet no exit reported: give up waiting
-                limits = [t for t in (None if timed_out else deadline, drain_until) if t is not None]
-                wait = max(0.0, min(limits) - now) if limits else None
-                waiting: set[asyncio.Future] = set()
-                if not eof:
-                    getter = asyncio.ensure_future(self.queue.get())
-                    waiting.add(getter)
-                    if not self.demux.done():
-                        waiting.add(self.demux)
-                if not exited.done():
-                    waiting.add(exited)
-                done, _ = await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                if getter is not None:
-                    if getter in done:
-                        name, data = getter.result()
-                        if chunk := collector.feed(name, data):
-                            yield chunk
-                    else:
-                        getter.cancel()
-                    getter = None
-        finally:
-            if getter is not None:
-                getter.cancel()
-            if feeder:
-                feeder.cancel()
-            if not exited.done():
-                if not timed_out:
-                    await self.kill()  # the caller stopped listening: the command goes too
-                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(exited), 5)
-            if not exited.done():
-                exited.cancel()
-        code = exited.result() if exited.done() and not exited.cancelled() else (-9 if timed_out else -1)
-        yield collector.result(code, started, timed_out)
 
 
 class DockerPty(_EngineExec):
@@ -362,26 +303,6 @@ class DockerPty(_EngineExec):
             if info.get("Running"):
                 await self.signal(signal.SIGKILL)
         await super().close()
-
-
-async def _wait_pid_exit(pid: int) -> None:
-    """Wait for a process that is not our child to exit (pidfd where there is one)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    except (OSError, AttributeError):
-        while os.path.exists(f"/proc/{pid}"):
-            await asyncio.sleep(0.02)
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
 
 
 class DockerRuntime:
@@ -623,7 +544,9 @@ class DockerRuntime:
 
     # -- exec ---------------------------------------------------------------------------------
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    async def _exec_create(self, sandbox_id: str, request: ExecRequest, tty: bool = False,
+                           rows: int = 24, cols: int = 80) -> str:
+        """Create (not start) an engine exec for a request; shared by exec and open_pty."""
         live = self._get(sandbox_id)
         user = request.user or live.spec.user
         cwd = normalize(request.cwd or live.spec.workdir)
@@ -631,52 +554,38 @@ class DockerRuntime:
             argv = [live.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
             argv = list(request.command)
-        home = "/root" if user == "root" else HOME
-        env = {"HOME": home, "USER": user, "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8",
-               **live.spec.env, **request.env}
-        with_stdin = request.stdin is not None
+        env = {"HOME": "/root" if user == "root" else HOME, "USER": user, "LOGNAME": user,
+               "PWD": cwd, "LANG": "C.UTF-8", **live.spec.env, **request.env}
+        if tty:
+            # the engine's API (1.41) sets a size only once the process runs: start the command
+            # behind `stty` so it sees the right size from its first line
+            argv = ["/bin/sh", "-c", 'stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@"',
+                    "pomona-pty", str(rows), str(cols), *argv]
+            env.setdefault("TERM", "xterm-256color")
         try:
             created = await self._call(
                 self.api.exec_create, live.container_id, argv, stdout=True, stderr=True,
-                stdin=with_stdin, tty=False, environment=[f"{k}={v}" for k, v in env.items()],
-                workdir=cwd, user="0:0" if user == "root" else f"{SANDBOX_UID}:{SANDBOX_UID}")
+                stdin=tty or request.stdin is not None, tty=tty,
+                environment=[f"{k}={v}" for k, v in env.items()], workdir=cwd,
+                user="0:0" if user == "root" else f"{SANDBOX_UID}:{SANDBOX_UID}")
         except self.errors.APIError as e:
             if e.status_code == 404:
                 raise SandboxFailed(f"sandbox {sandbox_id!r}: its container is gone") from None
             raise SandboxFailed(f"sandbox {sandbox_id!r}: {self._explain(e)}") from None
-        proc = await self._exec_start(created["Id"])
-        try:
-            async for item in proc.run(request.stdin.encode() if with_stdin else None,  # type: ignore[union-attr]
-                                       request.timeout, request.output_cap):
-                yield item
-        finally:
-            await proc.close()
+        return created["Id"]
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+        command = await self._exec_start(await self._exec_create(sandbox_id, request))
+        stdin = request.stdin.encode() if request.stdin is not None else None
+        async for item in execution.stream(command, stdin=stdin, timeout=request.timeout,
+                                           cap=request.output_cap):
+            yield item
 
     async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,
                        cols: int = 80) -> DockerPty:
-        """A terminal exec. The engine's API (1.41) sets a size only once the process runs, so
-        the command starts behind `stty rows R cols C` to see the right size from its first line."""
-        live = self._get(sandbox_id)
-        user = request.user or live.spec.user
-        cwd = normalize(request.cwd or live.spec.workdir)
-        if isinstance(request.command, str):
-            argv = [live.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
-        else:
-            argv = list(request.command)
-        argv = ["/bin/sh", "-c", 'stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@"',
-                "pomona-pty", str(rows), str(cols), *argv]
-        home = "/root" if user == "root" else HOME
-        env = {"HOME": home, "USER": user, "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8",
-               "TERM": "xterm-256color", **live.spec.env, **request.env}
-        try:
-            created = await self._call(
-                self.api.exec_create, live.container_id, argv, stdout=True, stderr=True, stdin=True,
-                tty=True, environment=[f"{k}={v}" for k, v in env.items()], workdir=cwd,
-                user="0:0" if user == "root" else f"{SANDBOX_UID}:{SANDBOX_UID}")
-        except self.errors.APIError as e:
-            raise SandboxFailed(f"sandbox {sandbox_id!r}: {self._explain(e)}") from None
-        reader, writer = await self._start_stream(created["Id"], tty=True)
-        return DockerPty(self, created["Id"], reader, writer)
+        exec_id = await self._exec_create(sandbox_id, request, tty=True, rows=rows, cols=cols)
+        reader, writer = await self._start_stream(exec_id, tty=True)
+        return DockerPty(self, exec_id, reader, writer)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         url = self.base_url
