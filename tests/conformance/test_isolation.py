@@ -101,3 +101,31 @@ def test_connect_to_a_server_inside(sandbox):
     with sandbox.connect(8765) as conn:
         conn.sendall(b"ping")
         assert conn.recv(100) == b"echo:ping"
+
+
+def test_gateway_keeps_a_half_closed_connection_open(client, image):
+    """A client that shuts down its sending side (nc with stdin at EOF, HTTP/1.0 style) must
+    still get the whole answer through the gateway."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        request = b""
+        while chunk := conn.recv(100):  # read to the client's EOF, then answer
+            request += chunk
+        conn.sendall(b"got:" + request)
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    probe = ("python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {port}), 5); "
+             "s.sendall(b'ping'); s.shutdown(socket.SHUT_WR); print(s.recv(100).decode())\"")
+    try:
+        with client.create_sandbox(image, network="gateway", gateway=f"127.0.0.1:{port}") as sb:
+            assert sb.exec(probe.format(port=port), timeout=20).stdout.strip() == "got:ping"
+    finally:
+        thread.join(5)
+        server.close()

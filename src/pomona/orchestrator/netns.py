@@ -51,15 +51,14 @@ async def open_connection_in(netns_path: str, port: int, host: str = "127.0.0.1"
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
+    """Copy one direction; at its end, half-close (a client that shuts down its sending side
+    still gets the answer)."""
+    with contextlib.suppress(ConnectionError, OSError):
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
+        if writer.can_write_eof():
+            writer.write_eof()
 
 
 class Gateway:
@@ -83,7 +82,12 @@ class Gateway:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        try:
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            for w in (writer, up_writer):
+                with contextlib.suppress(Exception):
+                    w.close()
 
     async def close(self) -> None:
         if self.server:
