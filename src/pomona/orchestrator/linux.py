@@ -60,3 +60,17 @@ def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644) -> int:
     encoded = os.fsencode(path.lstrip("/") or ".")
     fd = _syscall(SYS_OPENAT2, root_fd, encoded, ctypes.byref(how), ctypes.sizeof(how))
     return _check(fd, f"open {path!r}")
+
+
+def start_time(pid: int) -> int:
+    """A process's start time in clock ticks: with the pid, it names one process for sure."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def alive(pid: int, start: int) -> bool:
+    """Whether that very process still runs (a recycled pid has another start time)."""
+    return pid > 0 and start_time(pid) == start

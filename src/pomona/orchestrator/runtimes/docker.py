@@ -62,6 +62,7 @@ from pomona.orchestrator.errors import (
     SandboxNotFound,
     SnapshotNotFound,
 )
+from pomona.orchestrator.linux import alive, start_time
 from pomona.orchestrator.netns import Gateway, open_connection_in
 from pomona.orchestrator.runtime import collect
 from pomona.orchestrator.safefs import normalize
@@ -90,16 +91,6 @@ _GO_DIR, _GO_SYMLINK, _GO_SETUID, _GO_SETGID, _GO_STICKY = 1 << 31, 1 << 27, 1 <
 _GO_OTHER = (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)  # device, pipe, socket, char, irregular
 
 
-def _start_time(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _alive(pid: int, start: int) -> bool:
-    return pid > 0 and _start_time(pid) == start
 
 
 @dataclass
@@ -331,7 +322,7 @@ class DockerRuntime:
             ) from e
         self.errors = docker.errors
         self.sandboxes: dict[str, _Live] = {}
-        self.me = (os.getpid(), _start_time(os.getpid()))
+        self.me = (os.getpid(), start_time(os.getpid()))
         self._driver: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -358,7 +349,7 @@ class DockerRuntime:
                 continue
             if sandbox_id in self.sandboxes:
                 continue
-            if creator != self.me and _alive(*creator):
+            if creator != self.me and alive(*creator):
                 continue  # another live process with this state dir made it: leave it to that one
             if container.status != "running":
                 await self._remove_container(container.id)

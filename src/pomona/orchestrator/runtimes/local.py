@@ -34,7 +34,7 @@ from pomona.orchestrator.errors import (
     SnapshotNotFound,
 )
 from pomona.orchestrator.images import Image, ImageStore
-from pomona.orchestrator.linux import mount_overlay, open_in_root, unmount
+from pomona.orchestrator.linux import alive, mount_overlay, open_in_root, start_time, unmount
 from pomona.orchestrator.netns import Gateway, open_connection_in
 from pomona.orchestrator.safefs import SandboxFS, normalize
 from pomona.orchestrator.types import (
@@ -97,17 +97,6 @@ class _Live:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-def _start_time(pid: int) -> int:
-    """A process's start time in clock ticks: with the pid, it names one process for sure."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _alive(pid: int, start: int) -> bool:
-    return pid > 0 and _start_time(pid) == start
 
 
 def _run(*argv: str) -> None:
@@ -127,7 +116,7 @@ class LocalRuntime:
         self.images = images or ImageStore(self.state / "images")
         self.cgroup_group = f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
         self.sandboxes: dict[str, _Live] = {}
-        self.me = (os.getpid(), _start_time(os.getpid()))
+        self.me = (os.getpid(), start_time(os.getpid()))
         self._check_machine()
 
     def _check_machine(self) -> None:
@@ -153,9 +142,9 @@ class LocalRuntime:
                 await asyncio.to_thread(self._teardown, path.parent, None, None)
                 continue
             live = self._live(record, path.parent)
-            if record.status == "creating" and _alive(record.owner_pid, record.owner_start):
+            if record.status == "creating" and alive(record.owner_pid, record.owner_start):
                 continue  # another process (or client in this one) is creating it: never delete that
-            if record.status == "ready" and _alive(record.init_pid, record.init_start):
+            if record.status == "ready" and alive(record.init_pid, record.init_start):
                 self.sandboxes[record.id] = live
                 await self._start_gateway(live)
             else:
@@ -343,7 +332,7 @@ class LocalRuntime:
             Path(f"/proc/{child}/uid_map").write_text("0 0 4294967295\n")
             Path(f"/proc/{child}/gid_map").write_text("0 0 4294967295\n")
             live.cgroup.join(child)  # before it runs a thing: limits hold for all it starts
-            live.record.init_pid, live.record.init_start = child, _start_time(child)
+            live.record.init_pid, live.record.init_start = child, start_time(child)
         finally:
             os.write(ready_w, b"1")
             os.close(ready_w)
@@ -392,7 +381,7 @@ class LocalRuntime:
                 live = self._live(rec, directory)
         if live:
             pid, start = live.record.init_pid, live.record.init_start
-            if _alive(pid, start):
+            if alive(pid, start):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)  # pid 1 of the namespace: everything in it dies
             live.cgroup.destroy()
@@ -420,7 +409,7 @@ class LocalRuntime:
             record = _Record(**json.loads((directory / "record.json").read_text()))
         except (OSError, ValueError, TypeError):
             record = None
-        if record is None or record.status != "ready" or not _alive(record.init_pid, record.init_start):
+        if record is None or record.status != "ready" or not alive(record.init_pid, record.init_start):
             self.sandboxes.pop(sandbox_id, None)
             return False
         if known is None or known.record.init_pid != record.init_pid:
