@@ -1,0 +1,268 @@
+"""One harness episode on one task, from sandbox to `episodes` row: the unit HarnessEnv steps,
+rollouts batch and ModelCallEnv builds on.
+
+Why the proxy episode is opened before anything else: every attempt, even one whose sandbox
+never started, must leave an `episodes` row with a typed failure kind. Infra failures are data,
+and their reward is None, never 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pomona.benchmarks import builtin
+from pomona.benchmarks.task import Score, Task
+from pomona.harnesses import payload
+from pomona.harnesses.base import Harness
+from pomona.harnesses.proxy_link import ProxyLink
+from pomona.harnesses.registry import get as get_harness
+from pomona.harnesses.run import HarnessResult, run, tools_mount
+from pomona.orchestrator.client import Sandbox, SandboxClient
+from pomona.orchestrator.errors import PomonaError
+
+ORACLE = "oracle"  # the scripted model replaying the task's gold solution
+SCRIPTED = "scripted"
+
+_installed: set[str] = set()
+_install_lock = threading.Lock()
+
+
+@dataclass
+class EpisodeRecord:
+    """What one attempt came to. `reward` is None unless the episode ran and was scored."""
+
+    episode: str  # the proxy episode key: joins `calls.episode` and `episodes.episode`
+    task: str
+    benchmark: str
+    harness: str
+    model: str
+    attempt: int = 0
+    reward: float | None = None
+    resolved: bool | None = None
+    failure_kind: str = "none"
+    failure_message: str | None = None
+    score: dict[str, Any] | None = None
+    final_answer: str | None = None
+    calls: int = 0
+    artifacts: list[dict[str, str]] = field(default_factory=list)
+    started_at: float = 0.0  # wall clock (time.time()) when the attempt began
+    harness_started_at: float | None = None  # wall clock when the harness was launched
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: sandbox, harness, score, total
+
+    @property
+    def ran(self) -> bool:
+        return self.failure_kind == "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pick_task(tasks: list[Task], option: Task | str | None, rng: np.random.Generator) -> Task:
+    """The task `option` names (a Task, or an id in `tasks` or the built-in sets), else a draw."""
+    if isinstance(option, Task):
+        return option
+    if isinstance(option, str):
+        return next((t for t in tasks if t.id == option), None) or builtin.get(option)
+    return tasks[int(rng.integers(len(tasks)))]
+
+
+def ensure_harness(harness: str | Harness) -> Harness:
+    """The harness, installed in the tools payload (once per process; cached on disk)."""
+    h = get_harness(harness)
+    with _install_lock:
+        if h.name not in _installed:
+            missing = payload.ensure([h.name])
+            if missing:
+                raise RuntimeError(f"harness {h.name} cannot be installed: {missing[h.name]}")
+            _installed.add(h.name)
+    return h
+
+
+def model_for(model: str, task: Task, harness: Harness) -> tuple[str, list[str] | None]:
+    """The model name the harness is given, and the scripted model's commands if any:
+    `oracle` replays the task's gold solution, `scripted` answers with no command."""
+    if model == ORACLE:
+        if task.solution is None:
+            raise ValueError(f"task {task.id} has no gold solution for the oracle model")
+        return SCRIPTED, harness.scripted(list(task.solution))
+    if model == SCRIPTED:
+        return SCRIPTED, harness.scripted([])
+    return model, None
+
+
+def open_episode(
+    link: ProxyLink, task: Task, harness: Harness, model: str, run_id: str, **fields: Any
+) -> dict[str, str]:
+    """A proxy episode carrying the run, task and harness columns of its `episodes` row."""
+    metadata = {
+        "run": run_id,
+        "benchmark": task.benchmark,
+        "task": task.id,
+        "harness": harness.name,
+        "harness_version": harness.version,
+        **fields.pop("metadata", {}),
+    }
+    return link.open_episode(model=model, metadata=metadata, **fields)
+
+
+def start_sandbox(
+    client: SandboxClient,
+    task: Task,
+    link: ProxyLink,
+    *,
+    image: str | None = None,
+    ttl: float = 3600,
+    labels: dict[str, str] | None = None,
+) -> Sandbox:
+    """A sandbox for the task that reaches the proxy and nothing else, payload mounted, task laid
+    out. A sandbox whose setup fails is deleted before the error goes up."""
+    env = task.environment
+    sandbox = client.create_sandbox(
+        image or env.image,
+        network="gateway",
+        gateway=link.gateway(),
+        mounts=[tools_mount()],
+        workdir=env.workdir,
+        timeout=ttl,
+        labels={"task": task.id[:63], **(labels or {})},
+    )
+    try:
+        task.prepare(sandbox)
+    except BaseException:
+        delete_sandbox(sandbox)
+        raise
+    return sandbox
+
+
+def delete_sandbox(sandbox: Sandbox | None) -> None:
+    if sandbox is not None:
+        with contextlib.suppress(PomonaError):
+            sandbox.delete()
+
+
+def score(task: Task, sandbox: Sandbox) -> tuple[Score | None, str, str | None]:
+    """The task's verdict, or why there is none (`sandbox` lost, `verifier` broken)."""
+    try:
+        return task.evaluate(sandbox), "none", None
+    except PomonaError as e:
+        return None, "sandbox", f"the sandbox was lost before scoring: {e}"
+    except Exception as e:  # noqa: BLE001 - a broken verifier is data, not a crash
+        return None, "verifier", f"the scorer failed: {e!r}"
+
+
+def save_artifacts(link: ProxyLink, key: str, files: dict[str, bytes]) -> list[dict[str, str]]:
+    """Transcript files beside the trajectories (DIR/artifacts/<episode>/...), as {name, uri}."""
+    if not files or link.trajectories is None:
+        return []
+    root = (link.trajectories / "artifacts" / key).resolve()
+    out = []
+    for name, data in sorted(files.items()):
+        path = (root / name).resolve()
+        if not path.is_relative_to(root):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        out.append({"name": name, "uri": path.as_uri()})
+    return out
+
+
+def close_episode(link: ProxyLink, record: EpisodeRecord) -> None:
+    """Write the `episodes` row (the proxy writes it once, at the first close)."""
+    link.close_episode(
+        record.episode,
+        reward=record.reward,
+        resolved=record.resolved,
+        failure_kind=record.failure_kind,
+        failure_message=record.failure_message,
+        artifacts=record.artifacts,
+    )
+
+
+def failure_of(error: BaseException) -> tuple[str, str]:
+    """The failure kind of an exception raised while running an episode."""
+    if isinstance(error, PomonaError):
+        return "sandbox", f"sandbox: {error}"
+    return "harness", f"{type(error).__name__}: {error}"
+
+
+def run_episode(
+    task: Task,
+    harness: str | Harness,
+    model: str,
+    *,
+    proxy: Any,
+    client: SandboxClient,
+    timeout: float = 600,
+    dialect: str | None = None,
+    image: str | None = None,
+    run_id: str | None = None,
+    attempt: int = 0,
+) -> EpisodeRecord:
+    """Run `harness` with `model` on `task` to the end and score it. Never raises for a failed
+    episode: the record (and the `episodes` row) says what failed."""
+    h = ensure_harness(harness)
+    link = ProxyLink.of(proxy)
+    run_id = run_id or secrets.token_hex(4)
+    t0, wall0 = time.monotonic(), time.time()
+    record = EpisodeRecord("", task.id, task.benchmark, h.name, model, attempt, started_at=wall0)
+    try:
+        name, script = model_for(model, task, h)
+        fields: dict[str, Any] = {"script": script} if script is not None else {}
+        ep = open_episode(link, task, h, name, run_id, metadata={"attempt": attempt}, **fields)
+    except Exception as e:  # noqa: BLE001 - no episode, so no row: the record alone says why
+        record.failure_kind, record.failure_message = "proxy", f"could not open an episode: {e!r}"
+        return record
+    record.episode = ep["key"]
+    timings = record.timings
+    sandbox = None
+    try:
+        sandbox = start_sandbox(client, task, link, image=image, ttl=timeout + 600,
+                                labels={"run": run_id})
+        timings["sandbox"] = time.monotonic() - t0
+        record.harness_started_at = time.time()
+        t1 = time.monotonic()
+        result: HarnessResult = run(h, task.instruction, sandbox, name, link, timeout=timeout,
+                                    dialect=dialect, episode=ep, close=False)
+        timings["harness"] = time.monotonic() - t1
+        record.final_answer, record.calls = result.final_answer, result.calls
+        record.failure_kind, record.failure_message = result.failure_kind, result.failure_message
+        record.artifacts = save_artifacts(link, ep["key"], result.artifacts)
+        if record.ran:
+            t2 = time.monotonic()
+            verdict, record.failure_kind, record.failure_message = score(task, sandbox)
+            timings["score"] = time.monotonic() - t2
+            if verdict is not None:
+                record.reward, record.resolved = verdict.reward, verdict.resolved
+                record.score = verdict.model_dump()
+    except Exception as e:  # noqa: BLE001 - one episode's failure is its record, not a crash
+        record.failure_kind, record.failure_message = failure_of(e)
+    finally:
+        t3 = time.monotonic()
+        delete_sandbox(sandbox)
+        timings["sandbox"] = timings.get("sandbox", 0.0) + time.monotonic() - t3
+        timings["total"] = time.monotonic() - t0
+        close_episode(link, record)
+    return record
+
+
+def read_calls(link: ProxyLink, key: str) -> list[dict[str, Any]]:
+    """The recorded calls of one episode, in order (empty when the trajectories are elsewhere)."""
+    if link.trajectories is None or not Path(link.trajectories).exists():
+        return []
+    import pyarrow.compute as pc
+
+    from pomona import trajectories
+
+    table = trajectories.read(link.trajectories, "calls")
+    if table.num_rows == 0:
+        return []
+    rows = table.filter(pc.equal(table["episode"], key)).to_pylist()
+    return sorted(rows, key=lambda r: r["started_at"])
