@@ -295,8 +295,12 @@ class LocalRuntime:
             os.close(root)
 
     def _spawn_init(self, live: _Live, spec: SandboxSpec) -> None:
+        """Start bubblewrap and finish its user namespace from outside. Three pipes: bwrap reports
+        its pid 1 (info), waits while we write the uid maps and join the cgroup (ready), and the
+        idle process says it runs (idle) — no polling anywhere."""
         info_r, info_w = os.pipe()
         ready_r, ready_w = os.pipe()
+        idle_r, idle_w = os.pipe()
         args = ["bwrap", "--unshare-user", "--userns-block-fd", str(ready_r), "--info-fd", str(info_w),
                 "--uid", "0", "--gid", "0", "--bind", str(live.dir / "rootfs"), "/",
                 "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", os.path.dirname(INIT_PATH),
@@ -309,45 +313,43 @@ class LocalRuntime:
             if not os.path.exists(m.source):
                 raise InvalidRequest(f"mount source {m.source} does not exist on the host")
             args += ["--ro-bind" if m.read_only else "--bind", m.source, m.target]
-        args += ["--", INIT_PATH, "sleep", "2147483647"]
-        log = open(live.dir / "init.log", "wb")
-        try:
-            process = subprocess.Popen(args, pass_fds=(info_w, ready_r), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=log, start_new_session=True)
-        finally:
-            os.close(info_w)
-            os.close(ready_r)
-            log.close()
-        live.process = process
-        try:
-            with os.fdopen(info_r, "rb") as info_file:
+        args += ["--", INIT_PATH, "sh", "-c",
+                 f'echo >&{idle_w}; exec {idle_w}>&-; exec "$0" sleep 2147483647', INIT_PATH]
+        with open(live.dir / "init.log", "wb") as log, os.fdopen(info_r, "rb") as info, \
+                os.fdopen(ready_w, "wb", buffering=0) as ready, os.fdopen(idle_r, "rb") as idle:
+            try:
+                live.process = subprocess.Popen(args, pass_fds=(info_w, ready_r, idle_w), stdout=log,
+                                                stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+            finally:
+                for fd in (info_w, ready_r, idle_w):
+                    os.close(fd)
+            try:
                 raw = b""
-                while b"}" not in raw and (chunk := info_file.read1(4096)):
+                while b"}" not in raw and (chunk := info.read1(4096)):
                     raw += chunk
-            if not raw:
-                process.wait(5)
-                raise SandboxFailed(f"bubblewrap failed: {(live.dir / 'init.log').read_text().strip()}")
-            child = json.loads(raw)["child-pid"]
-            # identity-mapped user namespace: uid 0 inside has no power over the host
-            Path(f"/proc/{child}/uid_map").write_text("0 0 4294967295\n")
-            Path(f"/proc/{child}/gid_map").write_text("0 0 4294967295\n")
-            live.cgroup.join(child)  # before it runs a thing: limits hold for all it starts
-            live.record.init_pid, live.record.init_start = child, start_time(child)
-        finally:
-            os.write(ready_w, b"1")
-            os.close(ready_w)
-        live.record.idle_pid = self._first_child(live.record.init_pid)
+                if not raw:
+                    raise SandboxFailed(f"bubblewrap failed: {self._init_log(live)}")
+                child = json.loads(raw)["child-pid"]
+                # identity-mapped user namespace: uid 0 inside has no power over the host
+                Path(f"/proc/{child}/uid_map").write_text("0 0 4294967295\n")
+                Path(f"/proc/{child}/gid_map").write_text("0 0 4294967295\n")
+                live.cgroup.join(child)  # before it runs a thing: limits hold for all it starts
+                live.record.init_pid, live.record.init_start = child, start_time(child)
+            finally:
+                ready.write(b"1")
+            started = idle.read(1)  # b"" if bubblewrap died instead
+        pid = live.record.init_pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if started else []
+        if not children:
+            raise SandboxFailed(f"the sandbox's idle process did not start: {self._init_log(live)}")
+        live.record.idle_pid = int(children[0])
 
     @staticmethod
-    def _first_child(pid: int, timeout: float = 5.0) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError):
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                if children:
-                    return int(children[0])
-            time.sleep(0.0005)
-        raise SandboxFailed("the sandbox's init process did not start its idle process")
+    def _init_log(live: _Live) -> str:
+        if live.process:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                live.process.wait(5)
+        return (live.dir / "init.log").read_text().strip()
 
     async def _start_gateway(self, live: _Live) -> None:
         spec = SandboxSpec.model_validate(live.record.spec)
