@@ -6,7 +6,7 @@ own proxy server doing the same work. One run, one table of medians and ratios.
 Every server runs in its own process, as a user would run it: the upstream is the scripted model
 served standalone (`python -m pomona.proxy --no-record`), the proxy passes through to it over
 HTTP and records every call. `--litellm` names the `litellm` CLI from an install of
-`litellm[proxy]` (default: the one on PATH, then .venv/bin/litellm); if it cannot start here,
+`litellm[proxy]` (default: the venv perf/litellm_proxy_venv.sh builds and caches); if it cannot start here,
 the table says so.
 """
 
@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -155,15 +154,13 @@ async def throughput(url: str, body: dict, total: int, concurrency: int = CONCUR
 
 
 def find_litellm(explicit: str | None) -> str | None:
-    for cand in (
-        explicit,
-        os.environ.get("POMONA_LITELLM"),
-        shutil.which("litellm"),
-        str(Path(sys.executable).parent / "litellm"),
-    ):
+    """The given CLI, else LiteLLM's proxy built (once, cached) by perf/litellm_proxy_venv.sh."""
+    for cand in (explicit, os.environ.get("POMONA_LITELLM")):
         if cand and Path(cand).exists():
             return cand
-    return None
+    built = subprocess.run(["bash", str(Path(__file__).with_name("litellm_proxy_venv.sh"))],
+                           capture_output=True, text=True)
+    return built.stdout.strip() or None if built.returncode == 0 else None
 
 
 def main() -> int:
