@@ -19,6 +19,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pomona.harnesses.cli import add_harnesses_parser
     from pomona.proxy.cli import add_proxy_parser
 
     parser = argparse.ArgumentParser(
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_demo_parser(sub)
     add_proxy_parser(sub)
+    add_harnesses_parser(sub)
     return parser
 
 

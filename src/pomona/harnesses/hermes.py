@@ -12,14 +12,15 @@ class Hermes(Harness):
     name = "hermes"
     version = "0.19.0"
     dialects = ("chat", "anthropic", "responses")
-    # the anthropic SDK pin: 2.x breaks Hermes with an httpx Timeout error
+    # the anthropic SDK pin: 2.x breaks Hermes with an httpx Timeout error. edge-tts: Hermes
+    # pip-installs it at every start when missing, which costs ~8 s of DNS retries offline
     install = PypiInstall(
-        (f"hermes-agent[anthropic]=={version}", "anthropic==0.87.0"),
+        (f"hermes-agent[anthropic]=={version}", "anthropic==0.87.0", "edge-tts==7.2.7"),
         script="hermes",
         distribution="hermes-agent",
     )
     command = "hermes"
-    transcript_globs = ("hermes-home/state.db",)
+    transcript_globs = ("hermes-home/state.db", "hermes-home/logs/*.log")
 
     def launch(self, ctx: RunContext) -> Launch:
         if ctx.dialect == "responses":

@@ -450,14 +450,23 @@ def _install_binary(root: Path, harness: Harness, spec: BinaryInstall, source: s
 # --- the payload as a whole --------------------------------------------------------------------
 
 
-def installed(root: Path = DEFAULT_ROOT) -> dict[str, str]:
-    """name -> version of every harness whose stamp and wrapper are present."""
+def fingerprint(harness: Harness) -> str:
+    """What an install depends on: a changed pin or requirement list means a rebuild."""
+    return f"{harness.version} {harness.install!r}"
+
+
+def _stamps(root: Path) -> dict[str, dict]:
     out = {}
     for stamp in sorted((root / ".installed").glob("*.json")):
         data = json.loads(stamp.read_text())
         if (root / "bin" / data["command"]).exists():
-            out[stamp.stem] = data["version"]
+            out[stamp.stem] = data
     return out
+
+
+def installed(root: Path = DEFAULT_ROOT) -> dict[str, str]:
+    """name -> version of every harness whose stamp and wrapper are present."""
+    return {name: data["version"] for name, data in _stamps(Path(root)).items()}
 
 
 def _write_versions(root: Path) -> None:
@@ -485,10 +494,10 @@ def install(
     t0 = time.monotonic()
     wanted = list(names) if names else all_names()
     with _locked(root):
-        have = installed(root)
+        have = _stamps(root)
         for name in wanted:
             harness = get(name)
-            if not force and have.get(name) == harness.version:
+            if not force and (have.get(name) or {}).get("fingerprint") == fingerprint(harness):
                 report.cached[name] = harness.version
                 continue
             try:
@@ -512,7 +521,12 @@ def install(
             stamps.mkdir(exist_ok=True)
             (stamps / f"{name}.json").write_text(
                 json.dumps(
-                    {"version": harness.version, "command": harness.command, "at": time.time()}
+                    {
+                        "version": harness.version,
+                        "command": harness.command,
+                        "at": time.time(),
+                        "fingerprint": fingerprint(harness),
+                    }
                 )
             )
             report.installed[name] = harness.version
