@@ -22,6 +22,7 @@ import os
 import secrets
 import sqlite3
 import sys
+import tarfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -477,7 +478,10 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
     async def upload_dir(sandbox_id: str, request: Request, who: Who, path: Path_ = ".") -> FileWritten:
         await coord.sandbox(who, sandbox_id)
         tar = await request.body()
-        await coord.service.upload_dir(sandbox_id, path, tar)
+        try:
+            await coord.service.upload_dir(sandbox_id, path, tar)
+        except tarfile.TarError as e:
+            raise InvalidRequest(f"the body is not an uncompressed tar archive ({e})") from None
         return FileWritten(path=path, size=len(tar))
 
     @app.post("/sandboxes/{sandbox_id}/apply_patch", response_model=PatchView, responses=ERRORS)

@@ -24,6 +24,8 @@ def parse_bytes(value: int | str | None) -> int | None:
     """Accept 536870912, "512Mi", "512m" or "1.5G" (Kubernetes and Docker spellings)."""
     if value is None or isinstance(value, int):
         return value
+    if not isinstance(value, str):
+        raise InvalidRequest(f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'")
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?)?b?\s*", value.lower())
     if not match:
         raise InvalidRequest(f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'")
@@ -58,7 +60,7 @@ class Limits(BaseModel):
     """Resource limits. None means unlimited (beyond what the machine has)."""
 
     model_config = ConfigDict(extra="forbid")
-    cpu: float | None = Field(None, gt=0, description="CPU cores, e.g. 0.5 or 2")
+    cpu: float | None = Field(None, ge=0.01, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
     memory: int | None = Field(None, gt=4 * 2**20, description="bytes; '512Mi' is accepted")
     pids: int | None = Field(None, ge=8, description="max processes and threads")
     disk: int | None = Field(None, gt=2**20, description="bytes of writable layer; '1Gi' is accepted")
@@ -85,6 +87,15 @@ class Mount(BaseModel):
         return value
 
 
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """Names and values a process environment can hold (the OS refuses the rest, later and less clearly)."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise ValueError(f"environment variable {name!r}: names must be non-empty without '=' or "
+                             "NUL, and values without NUL")
+    return env
+
+
 class SandboxSpec(BaseModel):
     """What a sandbox is made of. Creating the same id twice with the same spec is a no-op."""
 
@@ -99,6 +110,18 @@ class SandboxSpec(BaseModel):
     user: Literal["pomona", "root"] = "pomona"
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str = "/workspace"
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\0" in value:
+            raise ValueError(f"workdir must be an absolute path, not {value!r}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_env(value)
     mounts: list[Mount] = Field(default_factory=list, description="host paths bound inside")
 
     def model_post_init(self, __context: object) -> None:
@@ -138,6 +161,11 @@ class ExecRequest(BaseModel):
     login_shell: bool = False
     user: Literal["pomona", "root"] | None = None
     output_cap: int = Field(DEFAULT_OUTPUT_CAP, ge=0, description="bytes kept per stream")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_env(value)
 
     @field_validator("command")
     @classmethod
