@@ -272,7 +272,9 @@ class LocalRuntime:
         except OSError as e:
             raise SandboxFailed(f"cannot mount the sandbox's root filesystem: {e}") from None
         uid = live.fs.uid
-        for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), ("/home/pomona", 0o755)):
+        # mount targets too: bubblewrap would create missing ones 0700, closed to the sandbox user
+        for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), ("/home/pomona", 0o755),
+                           *((m.target, 0o755) for m in spec.mounts)):
             live.fs.mkdir(path)
             with contextlib.suppress(OSError):
                 fd = open_in_root(os.open(d / "rootfs", os.O_PATH), path, os.O_RDONLY | os.O_DIRECTORY)
