@@ -19,6 +19,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pomona.benchmarks.swe_tasks import add_tasks_parser
     from pomona.harnesses.cli import add_harnesses_parser
     from pomona.proxy.cli import add_proxy_parser
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo_parser(sub)
     add_proxy_parser(sub)
     add_harnesses_parser(sub)
+    add_tasks_parser(sub)
     return parser
 
 

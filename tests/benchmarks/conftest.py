@@ -1,0 +1,30 @@
+"""A private sandbox state directory per test session, so these tests never share the default
+one with whatever else runs on the machine."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from pomona import SandboxClient
+
+
+@pytest.fixture(scope="session")
+def state_dir() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="pomona-bench-")
+    yield path
+    from pomona.gym.sandboxes import _close_all
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    _close_all()
+    LocalRuntime(path).unmount_store()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def client(state_dir: str) -> Iterator[SandboxClient]:
+    with SandboxClient("local", state_dir=state_dir) as c:
+        yield c
