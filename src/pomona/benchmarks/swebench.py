@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pomona.benchmarks.pytools import install_pytest
-from pomona.benchmarks.task import Environment, Score, Task
+from pomona.benchmarks.task import Environment, Score, Task, VerifierError
 
 TESTBED = "/testbed"
 BUNDLE = "repo.bundle"
@@ -42,11 +42,6 @@ JUNK = ("**/__pycache__/**", "**/*.pyc", ".pytest_cache/**", "**/*.orig", "**/*.
 INFRA_NAMES = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "sitecustomize.py",
                "usercustomize.py"}
 SECTION_FILES = {"setup.cfg", "pyproject.toml"}  # guarded only where their pytest section changed
-
-
-class VerifierError(RuntimeError):
-    """Grading could not produce a trustworthy verdict (sandbox lost, environment broken):
-    the episode is a `verifier` failure, never a 0."""
 
 
 # --- instances ----------------------------------------------------------------------------------

@@ -23,6 +23,11 @@ class Score(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class VerifierError(RuntimeError):
+    """A scorer could not reach a trustworthy verdict (grading sandbox lost, no reward file):
+    the episode is a `verifier` failure, never a reward of 0."""
+
+
 class Scorer(Protocol):
     def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
         """Gather what the verdict needs from the sandbox (may run commands there)."""
