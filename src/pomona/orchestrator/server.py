@@ -14,6 +14,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import errno
 import hmac
 import ipaddress
 import json
@@ -75,6 +76,10 @@ TAR = {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}
 OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 STATUS_ERRORS = {401: "AuthenticationRequired", 403: "PermissionDenied", 404: "NotFound",
                  405: "MethodNotAllowed", 413: "TooLarge"}
+OS_ERRORS = {errno.ENAMETOOLONG: (422, "InvalidRequest"), errno.EINVAL: (422, "InvalidRequest"),
+             errno.ENOENT: (404, "FileNotFoundInSandbox"), errno.ENOTDIR: (422, "InvalidRequest"),
+             errno.EISDIR: (422, "InvalidRequest"), errno.ELOOP: (422, "PathOutsideSandbox"),
+             errno.ENOSPC: (413, "TooLarge"), errno.EDQUOT: (413, "TooLarge"), errno.EFBIG: (413, "TooLarge")}
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text} for code, text in (
         (401, "no X-API-Key"), (403, "unknown key"), (404, "unknown id (or not yours)"),
@@ -290,6 +295,14 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
             log.warning("store unreachable: %s", e)
             return _error(request, 503, "StoreUnavailable",
                           f"the state store is unreachable ({type(e).__name__}); retry shortly")
+
+    @app.exception_handler(OSError)
+    async def os_error(request: Request, e: OSError) -> JSONResponse:
+        """What a path or size asked of the filesystem and it refused: the caller's to fix."""
+        status, name = OS_ERRORS.get(e.errno or 0, (500, "InternalError"))
+        if status == 500:
+            log.exception("unhandled OS error in %s %s", request.method, request.url.path)
+        return _error(request, status, name, f"{e.strerror or e} ({errno.errorcode.get(e.errno or 0, '?')})")
 
     @app.exception_handler(Exception)
     async def internal(request: Request, e: Exception) -> JSONResponse:

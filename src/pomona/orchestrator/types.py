@@ -60,9 +60,9 @@ class Limits(BaseModel):
     """Resource limits. None means unlimited (beyond what the machine has)."""
 
     model_config = ConfigDict(extra="forbid")
-    cpu: float | None = Field(None, ge=0.01, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
-    memory: int | None = Field(None, gt=4 * 2**20, description="bytes; '512Mi' is accepted")
-    pids: int | None = Field(None, ge=8, description="max processes and threads")
+    cpu: float | None = Field(None, ge=0.01, le=4096, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
+    memory: int | None = Field(None, gt=4 * 2**20, le=2**60, description="bytes; '512Mi' is accepted")
+    pids: int | None = Field(None, ge=8, le=4194304, description="max processes and threads")
     disk: int | None = Field(None, gt=2**20, description="bytes of writable layer; '1Gi' is accepted")
 
     @field_validator("memory", "disk", mode="before")
