@@ -96,6 +96,14 @@ def _setup_script(dirs: list[str], files: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _scratch(sandbox: Any) -> str:
+    """Where run directories go: not under /tmp when avoidable, because Codex refuses to create
+    its helper binaries (the apply_patch alias) under a temporary directory."""
+    probe = 'for d in /var/tmp "$HOME" /tmp; do [ -d "$d" ] && [ -w "$d" ] && echo "$d" && exit 0; done'
+    found = sandbox.exec(probe, timeout=30).stdout.strip()
+    return found.rstrip("/") or "/tmp"
+
+
 def _kill_run(run_id: str) -> str:
     """Kill whatever the run left behind, found by the marker in its environment (children that
     left the process group, daemons the harness started)."""
@@ -135,12 +143,14 @@ def judge(
     timed_out: bool, completed: bool, calls: list[RecordedCall] | None, count: int, out: Outputs
 ) -> tuple[FailureKind, str | None]:
     """The failure kind, from what happened rather than from the exit code."""
-    if timed_out:
-        return "timeout", "the harness was stopped at its timeout"
     main = [c for c in calls or [] if not c.side]
     last = main[-1] if main else None
     if last is not None and last.status == "upstream_error":
-        return "upstream", f"the model upstream failed ({last.status_code}) on the last turn"
+        # a harness still retrying a dead upstream when its time ran out failed on the upstream
+        stopped = ", until the harness was stopped at its timeout" if timed_out else ""
+        return "upstream", f"the model upstream failed ({last.status_code}) on the last turn{stopped}"
+    if timed_out:
+        return "timeout", "the harness was stopped at its timeout"
     if last is not None and last.status in ("refused", "client_error"):
         return "proxy", f"the proxy refused the last turn ({last.status_code})"
     if completed:
@@ -193,7 +203,7 @@ def run(
         anthropic_base_url=root,
         dialect=chosen,
         workdir=workdir,
-        run_dir=f"/tmp/pomona-run-{run_id}",
+        run_dir=f"{_scratch(sandbox)}/pomona-run-{run_id}",
         timeout=timeout,
     )
     launch = h.launch(ctx)
