@@ -19,9 +19,11 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pomona.benchmarks.leaderboard import add_leaderboard_parser
     from pomona.benchmarks.swe_tasks import add_tasks_parser
     from pomona.harnesses.cli import add_harnesses_parser
     from pomona.proxy.cli import add_proxy_parser
+    from pomona.run import add_run_parser
 
     parser = argparse.ArgumentParser(
         prog="pomona", description="Real agent harnesses in sandboxes, every model call recorded.")
@@ -30,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_proxy_parser(sub)
     add_harnesses_parser(sub)
     add_tasks_parser(sub)
+    add_run_parser(sub)
+    add_leaderboard_parser(sub)
     return parser
 
 

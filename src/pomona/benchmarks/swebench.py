@@ -216,13 +216,29 @@ class Grade:
     def score(self) -> Score:
         return Score(reward=1.0 if self.resolved else 0.0, resolved=self.resolved, details={
             "report": self.report, "log_dir": str(self.log_dir), "empty_patch": self.empty_patch,
-            "patch_applied": self.applied, "guard_restored": self.guard_restored})
+            "patch_applied": self.applied, "guard_restored": self.guard_restored,
+            "model_patch": (self.log_dir / "patch.diff").read_text()})
 
 
 def log_dir_for(root: str | Path, run_id: str, model: str, instance_id: str) -> Path:
     from swebench.harness.constants import RUN_EVALUATION_LOG_DIR
 
     return Path(root) / RUN_EVALUATION_LOG_DIR / run_id / model.replace("/", "__") / instance_id
+
+
+def claim_run_id(root: str | Path, run_id: str, model: str, instance_id: str) -> str:
+    """`run_id`, or `run_id.1`, `run_id.2`... for the next attempt at the same instance: each
+    attempt gets its own official log directory, claimed atomically (attempts run at once)."""
+    for n in range(10_000):
+        candidate = run_id if n == 0 else f"{run_id}.{n}"
+        path = log_dir_for(root, candidate, model, instance_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"too many attempts at {instance_id} in run {run_id}")
 
 
 def prediction(instance_id: str, model: str, patch: str | None) -> dict[str, Any]:
@@ -390,8 +406,10 @@ class SweScorer:
         client = self.client or getattr(sandbox, "_root", None)
         if client is None:
             raise VerifierError("no sandbox client to grade with: pass SweScorer(client=...)")
-        pred = prediction(self.instance["instance_id"], self.model, patch)
-        result = grade(client, self.instance, pred, self.root, self.run_id, self.timeout)
+        iid = self.instance["instance_id"]
+        pred = prediction(iid, self.model, patch)
+        run_id = claim_run_id(self.root, self.run_id, self.model, iid)
+        result = grade(client, self.instance, pred, self.root, run_id, self.timeout)
         if result.infra_failure:
             raise VerifierError(f"{result.instance_id}: {result.infra_failure} (see {result.log_dir})")
         return {"prediction": pred, "grade": result.score().model_dump()}

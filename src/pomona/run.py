@@ -1,0 +1,213 @@
+"""`pomona run`: the main job. Run a harness with a model on a benchmark, record every call and
+episode into the trajectory store, grade each attempt the benchmark's official way, and print a
+summary and the leaderboard.
+
+    pomona run --benchmark swe-local            # offline: embedded runtime, oracle model, pi
+
+The default model is `oracle`: the proxy's scripted model replaying the task's gold solution
+(apply the gold patch, run solve.sh) through the harness's own shell tool, so every harness's
+real loop can solve every local task with no model at all. Episodes go through
+`pomona.gym.rollout`; this module adds the benchmark names, the run's columns (the model as the
+user named it, the runtime), live pass counts, SWE-bench predictions and run report, and tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pomona.benchmarks import leaderboard, metrics, registry, swebench
+from pomona.harnesses.proxy_link import ProxyLink
+
+DEFAULT_HARNESS = "pi"
+DEFAULT_MODEL = "oracle"
+DEFAULT_TRAJECTORIES = Path("pomona-runs")
+
+
+class RunLink(ProxyLink):
+    """The proxy, adding the run's own columns to every episode it opens: `model` as the user
+    named it (the proxy would record `scripted` for the oracle) and `runtime`."""
+
+    def __init__(self, link: ProxyLink, columns: dict[str, str]):
+        super().__init__(link.url, link.server, link.trajectories)
+        self.columns = columns
+
+    def open_episode(self, **fields: Any) -> dict[str, str]:
+        fields["metadata"] = {**fields.get("metadata", {}), **self.columns}
+        return super().open_episode(**fields)
+
+
+class LiveCounts:
+    """A progress bar whose postfix is the pass count so far (tqdm, else one stderr line)."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.done = self.passed = self.scored = self.infra = 0
+        self._bar: Any = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total, desc=label, unit="ep", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def update(self, record: Any) -> None:
+        self.done += 1
+        if record.failure_kind == "none" and record.reward is not None:
+            self.scored += 1
+            self.passed += bool(record.resolved)
+        else:
+            self.infra += 1
+        if not self.enabled:
+            return
+        status = f"pass {self.passed}/{self.scored}  infra-fail {self.infra}"
+        if self._bar is not None:
+            self._bar.set_postfix_str(status, refresh=False)
+            self._bar.update(1)
+        else:
+            sys.stderr.write(f"\r{self.label} {self.done}/{self.total}  {status}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        elif self.enabled:
+            sys.stderr.write("\n")
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    records: list[Any]
+    summaries: list[metrics.Summary]
+    trajectories: Path
+    swe_report: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _client_runtime(runtime: str) -> str | None:
+    """The `runtime` argument for the shared sandbox client: a URL selects the HTTP transport
+    (read from POMONA_URL, as SandboxClient does)."""
+    if "://" in runtime:
+        os.environ["POMONA_URL"] = runtime
+        return None
+    return runtime
+
+
+def row_of(record: Any, model: str) -> dict[str, Any]:
+    """An EpisodeRecord in the `episodes` columns metrics read."""
+    return {"episode": record.episode, "benchmark": record.benchmark, "task": record.task,
+            "harness": record.harness, "model": model, "reward": record.reward,
+            "resolved": record.resolved, "failure_kind": record.failure_kind}
+
+
+def _swe_outputs(records: list[Any], tasks: list[Any], logs: Path, run_id: str,
+                 model: str) -> dict[str, Any] | None:
+    """Predictions JSONL of the first attempts and swebench's own run report over them."""
+    instances = [t.metadata["instance"] for t in tasks if "instance" in t.metadata]
+    if not instances:
+        return None
+    preds = [swebench.prediction(r.task, model, (r.score or {}).get("details", {}).get("model_patch"))
+             for r in records if r.attempt == 0 and r.score is not None]
+    swebench.write_predictions(logs / f"{model.replace('/', '__')}.{run_id}.predictions.jsonl", preds)
+    return swebench.run_report(preds, instances, run_id, logs) if preds else None
+
+
+def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = DEFAULT_MODEL, *,
+                  k: int = 1, runtime: str = "local", trajectories: str | Path = DEFAULT_TRAJECTORIES,
+                  concurrency: int = 4, timeout: float = 600, models: str | None = None,
+                  task_ids: list[str] | None = None, state_dir: str | None = None,
+                  progress: bool = True) -> RunResult:
+    """Run `k` attempts of `harness` with `model` on every task of `benchmark`."""
+    from pomona.gym.proxies import shared_proxy
+    from pomona.gym.rollout import rollout
+
+    trajectories = Path(trajectories).resolve()
+    run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    logs = trajectories / "swebench"
+    tasks = registry.load(benchmark, logs=logs, run_id=run_id, model=model)
+    if task_ids:
+        tasks = [t for t in tasks if t.id in task_ids]
+        if not tasks:
+            raise KeyError(f"none of {task_ids} is in {benchmark}")
+    link = RunLink(ProxyLink.of(shared_proxy(trajectories, models)),
+                   {"model": model, "runtime": runtime})
+    bar = LiveCounts(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
+    try:
+        records = asyncio.run(rollout(
+            tasks, harness, model, n=k, concurrency=concurrency, proxy=link,
+            runtime=_client_runtime(runtime), state_dir=state_dir, timeout=timeout,
+            run_id=run_id, progress=False, on_episode=bar.update))
+    finally:
+        bar.close()
+    rows = [row_of(r, model) for r in records]
+    return RunResult(run_id, records, metrics.summarize(rows, range(1, k + 1)), trajectories,
+                     _swe_outputs(records, tasks, logs, run_id, model), rows)
+
+
+def task_table(rows: list[dict[str, Any]]) -> str:
+    """Per task: attempts, passes, and what failed."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(row["task"], []).append(row)
+    width = max((len(t) for t in by_task), default=4)
+    lines = [f"{'task'.ljust(width)}  passed  failures"]
+    for task, rs in sorted(by_task.items()):
+        passed = sum(bool(r["resolved"]) for r in rs if r["failure_kind"] == "none")
+        fails = ", ".join(sorted({r["failure_kind"] for r in rs if r["failure_kind"] != "none"})) or "-"
+        lines.append(f"{task.ljust(width)}  {passed}/{len(rs):<5} {fails}")
+    return "\n".join(lines)
+
+
+def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `run` on a `pomona` subparsers object."""
+    p = subparsers.add_parser("run", help="run a harness with a model on a benchmark, graded and recorded")
+    p.add_argument("--benchmark", required=True,
+                   help=f"{', '.join(registry.LOCAL)}, swebench:PATH or terminal-bench:PATH")
+    p.add_argument("--harness", default=DEFAULT_HARNESS, help=f"default {DEFAULT_HARNESS}")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="oracle (gold solution, offline), scripted, or a name from --models")
+    p.add_argument("-k", type=int, default=1, help="attempts per task (for pass@k / pass^k)")
+    p.add_argument("--runtime", default="local", help="local, docker, or an orchestrator URL")
+    p.add_argument("--trajectories", type=Path, default=DEFAULT_TRAJECTORIES)
+    p.add_argument("--models", help="LiteLLM-style model list YAML for real upstreams")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per harness run")
+    p.add_argument("--tasks", nargs="*", help="only these task ids")
+    p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
+    p.add_argument("--html", type=Path, help="also write the leaderboard as an HTML page")
+    p.add_argument("--json", action="store_true", help="print the run's summary as JSON too")
+    p.set_defaults(func=_run)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    result = run_benchmark(args.benchmark, args.harness, args.model, k=args.k, runtime=args.runtime,
+                           trajectories=args.trajectories, concurrency=args.concurrency,
+                           timeout=args.timeout, models=args.models, task_ids=args.tasks,
+                           state_dir=args.state_dir)
+    print(f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n")
+    print(task_table(result.rows))
+    print("\nthis run:")
+    print(leaderboard.format_table(result.summaries))
+    if result.swe_report is not None:
+        r = result.swe_report
+        print(f"\nswebench run report: {r['resolved_instances']}/{r['total_instances']} resolved "
+              f"(logs in {result.trajectories / 'swebench'})")
+    board = leaderboard.leaderboard(result.trajectories, range(1, args.k + 1))
+    print(f"\nleaderboard ({result.trajectories}):")
+    print(leaderboard.format_table(board))
+    if args.html:
+        print(f"wrote {leaderboard.write_html(board, args.html)}")
+    if args.json:
+        print(json.dumps([s.__dict__ for s in result.summaries], default=str, indent=2))
+    return 0 if all(r.failure_kind == "none" for r in result.records) else 1
