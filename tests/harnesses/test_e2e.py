@@ -73,3 +73,21 @@ def test_file_task_in_image_without_node_or_python(
     )
     assert probe.stdout.split()[-1] == "0", f"the image has Node or Python: {probe.stdout}"
     _assert_file_task(sb, proxy, runs, name)
+
+
+def test_file_task_through_a_proxy_reached_over_http(
+    need: Any, local_client: Any, sandbox_for: Any, proxy: Any, runs: Any
+) -> None:
+    """A `pomona proxy` service given by URL: episodes are opened and closed over HTTP."""
+    from pomona.harnesses import run
+    from pomona.harnesses.check import PROMPT, SCRIPT
+
+    need("pi")
+    sb = sandbox_for(local_client)
+    result = run("pi", PROMPT, sb, "scripted", proxy.url, script=SCRIPT, timeout=120)
+    assert result.failure_kind == "none" and result.calls == 2 and result.main_calls is None
+    assert sb.exec("cat out.txt").stdout == "hello\n"
+    episodes = [
+        e for e in trajectories.read(runs, "episodes").to_pylist() if e["episode"] == result.episode
+    ]
+    assert episodes and episodes[0]["failure_kind"] == "none"
