@@ -25,6 +25,9 @@ def state_dir() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def client(state_dir: str) -> Iterator[SandboxClient]:
-    with SandboxClient("local", state_dir=state_dir) as c:
-        yield c
+def client(state_dir: str) -> SandboxClient:
+    """The process's one client on that directory, shared with the environments and rollouts
+    (two clients on one state directory would each reap the other's sandboxes)."""
+    from pomona.gym.sandboxes import shared_client
+
+    return shared_client("local", state_dir)

@@ -1,0 +1,96 @@
+"""`pomona run` through real harnesses: the oracle resolves every local SWE and Terminal-Bench
+task under three different harnesses, a no-op agent scores 0, every episode lands in the store
+with the run's columns, and a crashed grading sandbox is a verifier failure the leaderboard
+excludes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pomona import trajectories
+from pomona.benchmarks import leaderboard, swe_tasks, swebench
+from pomona.cli import main
+from pomona.gym.proxies import shared_proxy
+from pomona.gym.rollout import rollout
+from pomona.harnesses import payload
+from pomona.harnesses.proxy_link import ProxyLink
+from pomona.run import RunLink, run_benchmark
+
+HARNESSES = ("pi", "claude-code", "codex")
+BENCHMARKS = ("swe-local", "terminal-bench-local")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harnesses_ready() -> None:
+    missing = payload.ensure(HARNESSES)
+    if missing:
+        pytest.skip(f"harness payload unavailable: {missing}")
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_oracle_resolves_every_local_task(harness: str, state_dir: str, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for benchmark in BENCHMARKS:
+        result = run_benchmark(benchmark, harness, "oracle", state_dir=state_dir,
+                               trajectories=runs, progress=False)
+        failed = [(r.task, r.failure_kind, r.failure_message) for r in result.records
+                  if not r.resolved]
+        assert failed == []
+        (summary,) = result.summaries
+        assert (summary.resolve_rate, summary.infra_failures) == (1.0, 0)
+        if benchmark == "swe-local":
+            assert result.swe_report["resolved_instances"] == len(result.records) >= 6
+    rows = trajectories.read(runs, "episodes").to_pylist()
+    assert len(rows) == 6 + 4
+    assert {(r["harness"], r["model"], r["runtime"], r["failure_kind"]) for r in rows} == {
+        (harness, "oracle", "local", "none")}
+    assert all(r["resolved"] and r["num_calls"] >= 1 for r in rows)
+
+
+def test_noop_agent_scores_zero_and_cli_prints_the_leaderboard(state_dir: str, tmp_path: Path,
+                                                               capsys: Any) -> None:
+    runs = tmp_path / "runs"
+    for benchmark in BENCHMARKS:
+        code = main(["run", "--benchmark", benchmark, "--model", "scripted", "--state-dir", state_dir,
+                     "--trajectories", str(runs), "-k", "2"])
+        assert code == 0
+    out = capsys.readouterr().out
+    assert "leaderboard" in out and "pass@2" in out
+    board = leaderboard.leaderboard(runs, (1, 2))
+    assert {(s.benchmark, s.harness, s.model) for s in board} == {
+        ("swe-local", "pi", "scripted"), ("terminal-bench-local", "pi", "scripted")}
+    assert all(s.resolve_rate == 0.0 and s.pass_at[2] == 0.0 and s.infra_failures == 0
+               for s in board)
+    preds = next((runs / "swebench").glob("scripted.*.predictions.jsonl")).read_text().splitlines()
+    assert len(preds) == 6 and all(json.loads(p)["model_patch"] == "" for p in preds)
+
+
+class _Crashing:
+    def __init__(self, client: Any):
+        self.client = client
+
+    def create_sandbox(self, *args: Any, **kwargs: Any) -> Any:
+        sb = self.client.create_sandbox(*args, **kwargs)
+        sb.delete()
+        return sb
+
+
+def test_crashed_grading_is_a_verifier_failure_and_excluded(client: Any, state_dir: str,
+                                                            tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    instance = swebench.load_instances(swe_tasks.DATA)[0]
+    task = swebench.to_task(instance, "swe-local", root=str(runs / "swebench"),
+                            client=_Crashing(client))
+    link = RunLink(ProxyLink.of(shared_proxy(runs)), {"model": "oracle", "runtime": "local"})
+    (record,) = asyncio.run(rollout([task], "pi", "oracle", proxy=link, state_dir=state_dir,
+                                    progress=False))
+    assert (record.failure_kind, record.reward) == ("verifier", None)
+    (row,) = trajectories.read(runs, "episodes").to_pylist()
+    assert row["failure_kind"] == "verifier" and row["reward"] is None
+    (summary,) = leaderboard.leaderboard(runs)
+    assert (summary.trials, summary.resolve_rate, summary.failures) == (0, None, {"verifier": 1})
