@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -146,7 +147,13 @@ class LocalRuntime:
                 continue  # another process (or client in this one) is creating it: never delete that
             if record.status == "ready" and alive(record.init_pid, record.init_start):
                 self.sandboxes[record.id] = live
-                await self._start_gateway(live)
+                try:
+                    await self._start_gateway(live)
+                except OSError as e:
+                    if e.errno != errno.EADDRINUSE:
+                        raise
+                    # another live process sharing this state dir still serves its gateway
+
             else:
                 await asyncio.to_thread(self._teardown, live.dir, live, None)
 
