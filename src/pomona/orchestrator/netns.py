@@ -67,6 +67,7 @@ class Gateway:
     def __init__(self, netns_path: str, target: tuple[str, int]):
         self.netns_path, self.target = netns_path, target
         self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         sock = socket_in_netns(self.netns_path)
@@ -77,6 +78,10 @@ class Gateway:
         self.server = await asyncio.start_server(self._forward, sock=sock)
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task:  # remembered, so close() can end connections still open
+            self.connections.add(task)
+            task.add_done_callback(self.connections.discard)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -92,5 +97,10 @@ class Gateway:
     async def close(self) -> None:
         if self.server:
             self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+        if self.connections:
+            await asyncio.gather(*self.connections, return_exceptions=True)
+        if self.server:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 1)
