@@ -82,13 +82,18 @@ class _HarnessRun:
         finally:
             self.policy.close()
 
-    def stop(self, sandbox: Sandbox | None) -> None:
-        """Stop the harness now (truncation, reset, close) and wait for the thread."""
+    def stop(self, sandbox: Sandbox | None, keep: bool = True) -> None:
+        """Stop the harness now and wait for its thread. With `keep` the sandbox survives (to be
+        scored): the kill goes through a terminal session, because execs on one sandbox run one
+        at a time and the harness's own exec holds the turn."""
         self.policy.close()
         if self.thread.is_alive() and sandbox is not None:
             try:
-                sandbox.exec(_KILL_HARNESS, timeout=30)
-            except Exception:  # noqa: BLE001 - a lost sandbox ends the run anyway
+                if not keep:
+                    raise RuntimeError("no need to keep the sandbox")
+                with sandbox.pty(["sh", "-c", _KILL_HARNESS]) as term:
+                    term.wait(30)
+            except Exception:  # noqa: BLE001 - deleting the sandbox ends the run anyway
                 ep.delete_sandbox(sandbox)
         self.thread.join(60)
 
@@ -260,7 +265,7 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         """A reset or close mid-episode: stop the harness, record the episode as unscored."""
         if self._ended is None and self.key is not None and self.link is not None:
             if self._run is not None:
-                self._run.stop(self.sandbox)
+                self._run.stop(self.sandbox, keep=False)
             self.link.close_episode(self.key, failure_kind="none",
                                     failure_message="abandoned: reset or closed before the end")
             self.key = None
