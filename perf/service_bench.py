@@ -1,7 +1,7 @@
 """The sandbox service over HTTP, side by side with the in-process SDK, with Orchard's methodology.
 
-Rows: exec `true` p50/p90/p99 sequentially, in-process and through REST (a real uvicorn server on
-loopback, API key, SQLite store); then Orchard's run through the service: N sandboxes at once,
+Rows: exec `true` p50/p90/p99 sequentially, in-process and through REST (`pomona serve` in its own
+process on loopback, API key, SQLite store); then Orchard's run through the service: N sandboxes at once,
 each create -> the four commands -> delete (reference/orchard.md §5), with success rate and
 commands per second of wall time.
 
@@ -23,8 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perf.sandbox_bench import COMMANDS, ms, pct  # noqa: E402
 from pomona import AsyncSandboxClient  # noqa: E402
-from pomona.orchestrator.server import build  # noqa: E402
-from tests.service.harness import KEYS, RedisServer, server_thread, unmount  # noqa: E402
+from tests.service.harness import KEYS, RedisServer, Replica, unmount  # noqa: E402
 
 
 async def sequential_exec(client: AsyncSandboxClient, n: int) -> list[float]:
@@ -95,12 +94,12 @@ def main() -> None:
     redis = RedisServer().start() if args.redis else None
     lines = asyncio.run(measure(None, str(root / "inproc"), args.n, args.seq))
     unmount(root / "inproc")
-    app = build("local", str(root / "http"), redis.url if redis else None, api_keys=KEYS,
-                max_creates=16, max_execs=256, queue=5000)
+    server = Replica(root / "http", redis.url if redis else None, max_creates=16, max_execs=256,
+                     queue=5000).start()  # its own process, as `pomona serve` runs
     try:
-        with server_thread(app) as url:
-            lines += asyncio.run(measure(url, "", args.n, args.seq))
+        lines += asyncio.run(measure(server.url, "", args.n, args.seq))
     finally:
+        server.stop()
         unmount(root / "http")
         if redis:
             redis.close()

@@ -55,13 +55,15 @@ def _q(value: str) -> str:
 
 
 class RemoteService:
-    """Talks to `pomona serve`. `retry_for` bounds how long one call keeps retrying."""
+    """Talks to `pomona serve`. `retry_for` bounds how long one call keeps retrying an unreachable
+    service; `overload_wait` more seconds are spent on 503s (queueing behind a burst)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 300.0,
-                 retry_for: float = 60.0, max_connections: int = 1000):
+                 retry_for: float = 60.0, overload_wait: float = 1800.0, max_connections: int = 1000):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout, self.retry_for, self.max_connections = timeout, retry_for, max_connections
+        self.overload_wait = overload_wait
         self.runtime = None
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -105,7 +107,9 @@ class RemoteService:
                         f"({e!r}); this call is not safely repeatable, so it was not retried") from e
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0) * random.uniform(0.5, 1.0))
                 continue
-            if response.status_code == 503 and time.monotonic() < deadline:
+            if response.status_code == 503 and time.monotonic() < deadline + self.overload_wait:
+                # turned away before anything ran (admission, store away): always safe to repeat;
+                # a burst slows down here instead of failing
                 delay = float(response.headers.get("Retry-After", "1") or 1)
                 await asyncio.sleep(delay + random.uniform(0, 0.5))
                 continue
@@ -197,7 +201,9 @@ class RemoteService:
                         headers={"Idempotency-Key": key}, timeout=httpx.Timeout(None, connect=10.0)) as response:
                     if response.status_code >= 400:
                         await response.aread()
-                        if response.status_code == 503 and time.monotonic() < deadline:
+                        if response.status_code == 503 and time.monotonic() < deadline + self.overload_wait:
+                # turned away before anything ran (admission, store away): always safe to repeat;
+                # a burst slows down here instead of failing
                             await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
                             continue
                         raise self._error(response)
