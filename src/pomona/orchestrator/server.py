@@ -567,7 +567,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runtime: str = "local",
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """`pomona serve`; the parser's `handler` runs it (cli.py: `return args.handler(args)`)."""
+    """`pomona serve`; its parser sets `func`, as cli.py expects."""
     p = subparsers.add_parser("serve", help="run the sandbox service (REST API)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -576,7 +576,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--redis", metavar="URL", help="share state with other replicas through Redis")
     p.add_argument("--max-creates", type=int, default=32, help="concurrent creates before queueing")
     p.add_argument("--max-execs", type=int, default=512, help="concurrent execs before queueing")
-    p.set_defaults(handler=serve_command)
+    p.set_defaults(func=serve_command)
     return p
 
 
@@ -592,7 +592,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="pomona")
     add_serve_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["serve", *sys.argv[1:]])
-    return args.handler(args)
+    return args.func(args)
 
 
 if __name__ == "__main__":
