@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.benchmarks.leaderboard import add_leaderboard_parser
     from pomona.benchmarks.swe_tasks import add_tasks_parser
     from pomona.harnesses.cli import add_harnesses_parser
+    from pomona.orchestrator.server import add_serve_parser
     from pomona.proxy.cli import add_proxy_parser
     from pomona.run import add_run_parser
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pomona", description="Real agent harnesses in sandboxes, every model call recorded.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_demo_parser(sub)
+    add_serve_parser(sub)
     add_proxy_parser(sub)
     add_harnesses_parser(sub)
     add_tasks_parser(sub)
