@@ -4,7 +4,6 @@ proxy per test (with one route to a dead upstream), and a policy written in the 
 from __future__ import annotations
 
 import json
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from pomona.harnesses import payload
-from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer
 
 HARNESSES = ("pi", "claude-code")  # fast, and between them chat, responses and anthropic
 SHELL_TOOLS = ("bash", "Bash", "exec_command", "shell", "exec")
@@ -37,13 +36,6 @@ def gym_state(harnesses_ready: None) -> Iterator[str]:
     LocalRuntime(path).unmount_store()
 
 
-def dead_port() -> int:
-    """A local port with nothing listening: connecting to it is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
     return tmp_path / "runs"
@@ -51,10 +43,12 @@ def runs(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gym_proxy(runs: Path) -> Iterator[ProxyServer]:
-    dead = {"model_name": "dead", "litellm_params": {
-        "model": "openai/dead", "api_base": f"http://127.0.0.1:{dead_port()}/v1", "api_key": "x"}}
-    config = ProxyConfig.from_model_list([dead], trajectories=runs, connect_timeout=2)
-    with ProxyServer(config) as proxy:
+    """A recording proxy whose model "broken" is routed to an upstream that rejects every call
+    (this same proxy, asked for a model it does not have: a 404 no SDK retries)."""
+    with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
+        broken = {"model_name": "broken", "litellm_params": {
+            "model": "openai/no-such-model", "api_base": f"{proxy.url}/v1", "api_key": "x"}}
+        proxy.config.models.append(ModelRoute.from_entry(broken))
         yield proxy
 
 

@@ -186,10 +186,22 @@ def close_episode(link: ProxyLink, record: EpisodeRecord) -> None:
     )
 
 
-def failure_of(error: BaseException) -> tuple[str, str]:
-    """The failure kind of an exception raised while running an episode."""
-    if isinstance(error, PomonaError):
-        return "sandbox", f"sandbox: {error}"
+def sandbox_lost(sandbox: Sandbox | None) -> bool:
+    """Whether the sandbox is gone (deleted, expired, its runtime lost)."""
+    if sandbox is None:
+        return False
+    try:
+        sandbox.refresh()
+    except PomonaError:
+        return True
+    return False
+
+
+def failure_of(error: BaseException, sandbox: Sandbox | None = None) -> tuple[str, str]:
+    """The failure kind of an exception raised while running an episode: a sandbox that
+    vanished under the harness shows up as odd harness errors, so its loss is checked first."""
+    if isinstance(error, PomonaError) or sandbox_lost(sandbox):
+        return "sandbox", f"the sandbox was lost: {type(error).__name__}: {error}"
     return "harness", f"{type(error).__name__}: {error}"
 
 
@@ -234,6 +246,8 @@ def run_episode(
         timings["harness"] = time.monotonic() - t1
         record.final_answer, record.calls = result.final_answer, result.calls
         record.failure_kind, record.failure_message = result.failure_kind, result.failure_message
+        if not record.ran and sandbox_lost(sandbox):
+            record.failure_kind = "sandbox"
         record.artifacts = save_artifacts(link, ep["key"], result.artifacts)
         if record.ran:
             t2 = time.monotonic()
@@ -243,7 +257,7 @@ def run_episode(
                 record.reward, record.resolved = verdict.reward, verdict.resolved
                 record.score = verdict.model_dump()
     except Exception as e:  # noqa: BLE001 - one episode's failure is its record, not a crash
-        record.failure_kind, record.failure_message = failure_of(e)
+        record.failure_kind, record.failure_message = failure_of(e, sandbox)
     finally:
         t3 = time.monotonic()
         delete_sandbox(sandbox)

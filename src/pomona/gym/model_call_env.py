@@ -20,8 +20,8 @@ After the last step both lists are "[]". The decoded forms are in info["messages
 Action (Text): {"text": ..., "tool_calls": [{"name", "arguments": {...}}]} as a dict or JSON
 text; any other text is the assistant's plain reply.
 
-Reward: the task scorer's, once the harness exits (terminated) or after `max_steps` replies (the
-harness is stopped, truncated). Failures end the episode with info["failure"] set and reward 0.0,
+Reward: the task scorer's, once the harness exits (terminated) or at its first call after
+`max_steps` replies (the harness is stopped there, truncated). Failures end the episode with info["failure"] set and reward 0.0,
 which must not be counted as an attempt: `timeout` (the policy let a call wait longer than
 `policy_timeout`, or the harness outlived `harness_timeout`), `harness` (it exited without
 finishing its turn), `sandbox`, `upstream`/`proxy`, `verifier`.
@@ -200,18 +200,19 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
                 return self._finish("timeout", f"the policy did not answer call {call.sequence} "
                                     f"within {self.policy_timeout:g} s")
             # the harness ended while the call was held: its end is the episode's end
-        if self.steps >= self.max_steps and self._run and self._run.thread.is_alive():
-            return self._finish(truncated=True)
         return self._next()
 
     def _next(self, first: bool = False):
-        """Wait for the harness's next model call, or its end."""
+        """Wait for the harness's next model call, or its end. The last reply the step budget
+        allows still takes effect: the harness is stopped only at the call after it."""
         assert self._policy is not None
         try:
             call = self._policy.next_call(timeout=max(0.0, self._deadline - time.monotonic()))
         except TimeoutError:
             call = None
             self._ended = self._finish("timeout", f"the harness outlived {self.harness_timeout:g} s")
+        if call is not None and self.steps >= self.max_steps:
+            return copy.deepcopy(self._finish(truncated=True))
         if call is not None:
             self._call = call
             info = self._call_info(call)
@@ -226,13 +227,15 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
             self._run.stop(self.sandbox)
         if kind is None and self._run is not None:
             if self._run.error is not None:
-                kind, message = ep.failure_of(self._run.error)
+                kind, message = ep.failure_of(self._run.error, self.sandbox)
             elif truncated:
                 kind = "none"
             else:
                 result = self._run.result
                 assert result is not None
                 kind, message = result.failure_kind, result.failure_message
+                if kind != "none" and ep.sandbox_lost(self.sandbox):
+                    kind = "sandbox"
                 if self._policy is not None and self._policy.expired and kind == "upstream":
                     kind, message = "timeout", "the policy let a model call time out"
         self._ended = self._end(kind or "none", message, truncated)
