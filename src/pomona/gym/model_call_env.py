@@ -29,6 +29,7 @@ finishing its turn), `sandbox`, `upstream`/`proxy`, `verifier`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import secrets
@@ -136,6 +137,7 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         self._policy: Policy | None = None
         self._run: _HarnessRun | None = None
         self._call: HeldCall | None = None
+        self._answered: tuple[HeldCall, Action] | None = None  # the last call and our reply to it
         self._ended: tuple | None = None  # the final transition, once the episode is over
         self._deadline = 0.0
         self.steps = 0
@@ -193,6 +195,7 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         parsed = Action.parse(action)  # a malformed action is the caller's error: raise
         call, self._call = self._call, None
         self.steps += 1
+        self._answered = (call, parsed)
         try:
             self._policy.reply(call, parsed)
         except CallExpired:
@@ -206,11 +209,17 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         """Wait for the harness's next model call, or its end. The last reply the step budget
         allows still takes effect: the harness is stopped only at the call after it."""
         assert self._policy is not None
-        try:
-            call = self._policy.next_call(timeout=max(0.0, self._deadline - time.monotonic()))
-        except TimeoutError:
-            call = None
-            self._ended = self._finish("timeout", f"the harness outlived {self.harness_timeout:g} s")
+        while True:
+            try:
+                call = self._policy.next_call(timeout=max(0.0, self._deadline - time.monotonic()))
+            except TimeoutError:
+                call = None
+                self._ended = self._finish("timeout", f"the harness outlived {self.harness_timeout:g} s")
+            if call is None or not self._is_retry(call):
+                break
+            # the harness gave up waiting for our answer and asked again: the same answer
+            with contextlib.suppress(CallExpired):
+                self._policy.reply(call, self._answered[1])  # type: ignore[index]
         if call is not None and self.steps >= self.max_steps:
             return copy.deepcopy(self._finish(truncated=True))
         if call is not None:
@@ -219,6 +228,15 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
             return (self._obs(call), info) if first else (self._obs(call), 0.0, False, False, info)
         result = copy.deepcopy(self._ended or self._finish())
         return (result[0], {**result[4], "done": True}) if first else result
+
+    def _is_retry(self, call: HeldCall) -> bool:
+        """A call that repeats the one just answered (a client retry after its own timeout), not
+        the next turn: same conversation, nothing added. Counting it as a turn would stop a
+        harness at its step budget before the last reply took effect."""
+        if self._answered is None:
+            return False
+        previous = self._answered[0]
+        return call.messages == previous.messages and call.tools == previous.tools
 
     def _finish(self, kind: str | None = None, message: str | None = None,
                 truncated: bool = False):
@@ -273,7 +291,7 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
                                     failure_message="abandoned: reset or closed before the end")
             self.key = None
         ep.delete_sandbox(self.sandbox)
-        self.sandbox, self._run, self._call = None, None, None
+        self.sandbox, self._run, self._call, self._answered = None, None, None, None
 
     def close(self) -> None:
         self._abandon()
