@@ -25,3 +25,40 @@ def test_second_client_adopts_a_gateway_sandbox_the_first_still_serves():
     finally:
         server.close()
         LocalRuntime(state).unmount_store()
+
+
+def test_delete_while_creating_leaves_nothing_behind():
+    import asyncio
+    import subprocess
+
+    import pytest
+
+    from pomona import AsyncSandboxClient
+    from pomona.orchestrator.errors import SandboxFailed
+
+    state = tempfile.mkdtemp(prefix="pomona-race-")
+
+    raced = []
+
+    async def race(i: int) -> None:
+        async with AsyncSandboxClient("local", state_dir=state) as client:
+            creating = asyncio.create_task(client.create_sandbox("host", sandbox_id=f"racy-{i}"))
+            for _ in range(i):  # let the create get a little further each round
+                await asyncio.sleep(0)
+            deleted = await client.delete_sandbox(f"racy-{i}")
+            raced.append(deleted)
+            if deleted:
+                with pytest.raises(SandboxFailed, match="deleted while"):
+                    await creating
+            else:
+                await (await creating).delete()
+            assert await client.list_sandboxes() == []
+
+    try:
+        for i in range(8):
+            asyncio.run(race(i))
+        assert any(raced), "no round deleted the sandbox mid-create: the race was not exercised"
+        procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert "racy-" not in procs and "racy-" not in open("/proc/self/mounts").read()
+    finally:
+        LocalRuntime(state).unmount_store()

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pomona.orchestrator import execution
@@ -95,7 +95,8 @@ class _Live:
     fs: SandboxFS
     process: subprocess.Popen | None = None
     gateway: Gateway | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    building: asyncio.Future | None = None  # while create runs: a delete waits for it
+    deleted: bool = False
 
 
 
@@ -230,18 +231,27 @@ class LocalRuntime:
         live = self._live(record, directory)
         self._save(live)  # the lease exists before anything that could leak
         self.sandboxes[sandbox_id] = live
+        live.building = asyncio.ensure_future(self._build_and_connect(live, spec))
         try:
-            await asyncio.to_thread(self._build, live, spec)
-            await self._start_gateway(live)
+            await asyncio.shield(live.building)
+            if live.deleted:
+                raise SandboxFailed(f"sandbox {sandbox_id!r} was deleted while it was being created")
         except BaseException as e:
-            self.sandboxes.pop(sandbox_id, None)
-            await asyncio.to_thread(self._teardown, directory, live, live.process)
+            if not live.deleted:  # else the delete that raced us removes it
+                self.sandboxes.pop(sandbox_id, None)
+                await asyncio.to_thread(self._teardown, directory, live, live.process)
             if isinstance(e, SandboxFailed | InvalidRequest):
                 raise
             raise SandboxFailed(f"could not start sandbox {sandbox_id!r}: {e}") from e
+        finally:
+            live.building = None
         record.status = "ready"
         self._save(live)
         return record.info()
+
+    async def _build_and_connect(self, live: _Live, spec: SandboxSpec) -> None:
+        await asyncio.to_thread(self._build, live, spec)
+        await self._start_gateway(live)
 
     async def _image(self, ref: str) -> Image:
         if ref == "host":
@@ -376,6 +386,10 @@ class LocalRuntime:
         directory = self.state / "sandboxes" / sandbox_id
         if live is None and not directory.exists():
             return False
+        if live and live.building is not None:
+            live.deleted = True  # the create in flight fails; teardown happens once, here
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(live.building)
         if live and live.gateway:
             await live.gateway.close()
         live = live or self._live(_Record(id=sandbox_id, spec={}, created_at=0, lowers=[], image_env={}),
