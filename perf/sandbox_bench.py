@@ -3,10 +3,11 @@
 For each runtime: N sandboxes run concurrently, each create -> the four commands -> delete
 (reference/orchard.md section 5: `python -c ...`, `ls /`, `cat /etc/os-release | head -1`, and the
 same with a login shell). Reported: create (to ready) and exec p50/p90/p99, throughput in
-commands per second of wall time, success rate. Then what a user would do instead: plain
+commands per second of wall time, success rate. The same through the REST service (`pomona serve`
+in its own process, the HTTP column). Then what a user would do instead: plain
 `docker run` and `docker exec` with the CLI. Then snapshot and fork(8) of a 200 MB workspace.
 
-    .venv/bin/python perf/sandbox_bench.py [--n-local 1000] [--n-docker 50]
+    .venv/bin/python perf/sandbox_bench.py [--n-local 1000] [--n-http 1000] [--n-docker 50]
 
 Prints one table; no assertion anywhere. Percentiles interpolate as Orchard's do: k=(n-1)p/100.
 """
@@ -22,11 +23,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pomona import AsyncSandboxClient  # noqa: E402
+
+
+@dataclass
+class Target:
+    """Where the sandboxes run: a runtime in-process, or a `pomona serve` over HTTP."""
+
+    name: str
+    runtime: str = "local"
+    state: str | None = None
+    url: str | None = None
+    api_key: str | None = None
+
 
 COMMANDS = [
     ("python3 -c 'import sys; print(f\"Python {sys.version}\")'", False),
@@ -49,9 +63,15 @@ def ms(v: float) -> str:
     return f"{v * 1000:.1f}" if v == v else "n/a"
 
 
-async def orchard_run(runtime: str, image: str, n: int, state: str) -> dict:
+def client_for(target: Target) -> AsyncSandboxClient:
+    if target.url:
+        return AsyncSandboxClient(base_url=target.url, api_key=target.api_key)
+    return AsyncSandboxClient(target.runtime, state_dir=target.state)
+
+
+async def orchard_run(target: Target, image: str, n: int) -> dict:
     creates, execs, ok, errors = [], [], 0, []
-    async with AsyncSandboxClient(runtime, state_dir=state) as client:
+    async with client_for(target) as client:
         warm = await client.create_sandbox(image)  # image unpacked / layers cached, as Orchard's pre-pulled nodes
         await warm.delete()
 
@@ -78,9 +98,9 @@ async def orchard_run(runtime: str, image: str, n: int, state: str) -> dict:
     return {"n": n, "creates": creates, "execs": execs, "ok": ok, "wall": wall, "errors": errors}
 
 
-async def sequential(runtime: str, image: str, state: str, count: int = 200) -> tuple[list[float], list[float]]:
+async def sequential(target: Target, image: str, count: int = 200) -> tuple[list[float], list[float]]:
     """One at a time: the latency a single agent loop sees, without 2-core contention."""
-    async with AsyncSandboxClient(runtime, state_dir=state) as client:
+    async with client_for(target) as client:
         creates = []
         for _ in range(min(count, 50)):
             t = time.perf_counter()
@@ -116,8 +136,8 @@ def docker_cli(image: str, n: int) -> tuple[list[float], list[float]]:
     return runs, execs
 
 
-async def snapshot_fork(runtime: str, image: str, state: str) -> tuple[float, float, float]:
-    async with AsyncSandboxClient(runtime, state_dir=state) as client:
+async def snapshot_fork(target: Target, image: str) -> tuple[float, float, float]:
+    async with client_for(target) as client:
         sb = await client.create_sandbox(image)
         r = await sb.exec("mkdir -p /workspace/data && for i in $(seq 1 200); do "
                           "head -c 1048576 /dev/urandom > /workspace/data/f$i; done; du -sm /workspace",
@@ -140,54 +160,71 @@ async def snapshot_fork(runtime: str, image: str, state: str) -> tuple[float, fl
         return snap_time, fork_time, check_time
 
 
+def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> None:
+    try:
+        res = asyncio.run(orchard_run(target, image, n))
+    except Exception as e:
+        rows.append((f"pomona {target.name}: orchard full", "failed", repr(e)[:80]))
+        return
+    rows.append((f"pomona {target.name}: create-to-ready (N={n} concurrent)",
+                 ms(pct(res["creates"], 50)), ms(pct(res["creates"], 90)), ms(pct(res["creates"], 99)), ""))
+    rows.append((f"pomona {target.name}: exec, 4 Orchard commands (N={n})",
+                 ms(pct(res["execs"], 50)), ms(pct(res["execs"], 90)), ms(pct(res["execs"], 99)),
+                 f"{len(res['execs']) / res['wall']:.0f} cmd/s, {100 * res['ok'] / n:.1f}% ok, "
+                 f"{res['wall']:.1f} s wall"))
+    if res["errors"]:
+        rows.append((f"  first error ({len(res['errors'])})", res["errors"][0][:100]))
+    seq_creates, seq = asyncio.run(sequential(target, image))
+    rows.append((f"pomona {target.name}: create-to-ready, sequential x50",
+                 ms(pct(seq_creates, 50)), ms(pct(seq_creates, 90)), ms(pct(seq_creates, 99)), ""))
+    rows.append((f"pomona {target.name}: exec `true`, sequential x200",
+                 ms(pct(seq, 50)), ms(pct(seq, 90)), ms(pct(seq, 99)), ""))
+    try:
+        snap, fork, check = asyncio.run(snapshot_fork(target, image))
+        rows.append((f"pomona {target.name}: snapshot of 200 MB workspace", ms(snap), "", "", ""))
+        rows.append((f"pomona {target.name}: fork(8) from it, total", ms(fork), "", "",
+                     f"first exec in all 8: {ms(check)} ms"))
+    except Exception as e:
+        rows.append((f"pomona {target.name}: snapshot/fork", "failed", repr(e)[:80]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n-local", type=int, default=1000)
+    parser.add_argument("--n-http", type=int, default=1000)
     parser.add_argument("--n-docker", type=int, default=50)
     parser.add_argument("--skip-docker", action="store_true")
+    parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--redis", action="store_true", help="the service's store in a real Redis")
     args = parser.parse_args()
-    state = tempfile.mkdtemp(prefix="pomona-bench-")
+    state = Path(tempfile.mkdtemp(prefix="pomona-bench-"))
     rows: list[tuple[str, ...]] = []
     have_docker = not args.skip_docker and shutil.which("docker") and \
         subprocess.run(["docker", "info"], capture_output=True).returncode == 0
-    docker_image = None
+
+    measure(Target("local", state=str(state / "local")), "host", args.n_local, rows)
+    if not args.skip_http:
+        from tests.service.harness import KEYS, RedisServer, Replica, unmount
+
+        # `pomona serve` in its own process on loopback, SQLite (or Redis) store, an API key;
+        # admission control queues the burst (16 concurrent creates) instead of refusing it
+        redis = RedisServer().start() if args.redis else None
+        server = Replica(state / "http", redis.url if redis else None, max_creates=16, max_execs=256,
+                         queue=5000).start()
+        try:
+            name = "http+redis" if redis else "http"
+            measure(Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows)
+        finally:
+            server.stop()
+            unmount(state / "http")
+            if redis:
+                redis.close()
     if have_docker:
         from tests.images import debian_image
 
-        docker_image = debian_image()
-
-    targets = [("local", "host", args.n_local, state + "/local")]
-    if have_docker:
-        targets.append(("docker", docker_image, args.n_docker, state + "/docker"))
-    for runtime, image, n, st in targets:
-        try:
-            res = asyncio.run(orchard_run(runtime, image, n, st))
-        except Exception as e:
-            rows.append((f"pomona {runtime}: orchard full", "failed", repr(e)[:80]))
-            continue
-        rows.append((f"pomona {runtime}: create-to-ready (N={n} concurrent)",
-                     ms(pct(res["creates"], 50)), ms(pct(res["creates"], 90)), ms(pct(res["creates"], 99)),
-                     ""))
-        rows.append((f"pomona {runtime}: exec, 4 Orchard commands (N={n})",
-                     ms(pct(res["execs"], 50)), ms(pct(res["execs"], 90)), ms(pct(res["execs"], 99)),
-                     f"{len(res['execs']) / res['wall']:.0f} cmd/s, {100 * res['ok'] / n:.1f}% ok, "
-                     f"{res['wall']:.1f} s wall"))
-        if res["errors"]:
-            rows.append((f"  first error ({len(res['errors'])})", res["errors"][0][:100]))
-        seq_creates, seq = asyncio.run(sequential(runtime, image, st))
-        rows.append((f"pomona {runtime}: create-to-ready, sequential x50",
-                     ms(pct(seq_creates, 50)), ms(pct(seq_creates, 90)), ms(pct(seq_creates, 99)), ""))
-        rows.append((f"pomona {runtime}: exec `true`, sequential x200",
-                     ms(pct(seq, 50)), ms(pct(seq, 90)), ms(pct(seq, 99)), ""))
-        try:
-            snap, fork, check = asyncio.run(snapshot_fork(runtime, image, st))
-            rows.append((f"pomona {runtime}: snapshot of 200 MB workspace", ms(snap), "", "", ""))
-            rows.append((f"pomona {runtime}: fork(8) from it, total", ms(fork), "", "",
-                         f"first exec in all 8: {ms(check)} ms"))
-        except Exception as e:
-            rows.append((f"pomona {runtime}: snapshot/fork", "failed", repr(e)[:80]))
-    if have_docker:
-        runs, execs = docker_cli(docker_image, 30)
+        image = debian_image()
+        measure(Target("docker", runtime="docker", state=str(state / "docker")), image, args.n_docker, rows)
+        runs, execs = docker_cli(image, 30)
         rows.append(("docker CLI: docker run --rm true (x30)", ms(pct(runs, 50)), ms(pct(runs, 90)),
                      ms(pct(runs, 99)), ""))
         rows.append(("docker CLI: docker exec true (x30)", ms(pct(execs, 50)), ms(pct(execs, 90)),
@@ -204,7 +241,7 @@ def main() -> None:
         print(" | ".join(str(row[i] if i < len(row) else "").ljust(widths[i]) for i in range(5)))
     from pomona.orchestrator.runtimes.local import LocalRuntime
 
-    LocalRuntime(state + "/local").unmount_store()
+    LocalRuntime(state / "local").unmount_store()
 
 
 if __name__ == "__main__":
