@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,45 +42,6 @@ class RunLink(ProxyLink):
     def open_episode(self, **fields: Any) -> dict[str, str]:
         fields["metadata"] = {**fields.get("metadata", {}), **self.columns}
         return super().open_episode(**fields)
-
-
-class LiveCounts:
-    """A progress bar whose postfix is the pass count so far (tqdm, else one stderr line)."""
-
-    def __init__(self, total: int, label: str, enabled: bool = True):
-        self.total, self.label, self.enabled = total, label, enabled
-        self.done = self.passed = self.scored = self.infra = 0
-        self._bar: Any = None
-        if enabled:
-            try:
-                from tqdm.auto import tqdm
-
-                self._bar = tqdm(total=total, desc=label, unit="ep", file=sys.stderr)
-            except ImportError:
-                pass
-
-    def update(self, record: Any) -> None:
-        self.done += 1
-        if record.failure_kind == "none" and record.reward is not None:
-            self.scored += 1
-            self.passed += bool(record.resolved)
-        else:
-            self.infra += 1
-        if not self.enabled:
-            return
-        status = f"pass {self.passed}/{self.scored}  infra-fail {self.infra}"
-        if self._bar is not None:
-            self._bar.set_postfix_str(status, refresh=False)
-            self._bar.update(1)
-        else:
-            sys.stderr.write(f"\r{self.label} {self.done}/{self.total}  {status}")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        elif self.enabled:
-            sys.stderr.write("\n")
 
 
 @dataclass
@@ -129,7 +89,7 @@ def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = D
                   progress: bool = True) -> RunResult:
     """Run `k` attempts of `harness` with `model` on every task of `benchmark`."""
     from pomona.gym.proxies import shared_proxy
-    from pomona.gym.rollout import rollout
+    from pomona.gym.rollout import Progress, rollout
 
     trajectories = Path(trajectories).resolve()
     run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -141,7 +101,7 @@ def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = D
             raise KeyError(f"none of {task_ids} is in {benchmark}")
     link = RunLink(ProxyLink.of(shared_proxy(trajectories, models)),
                    {"model": model, "runtime": runtime})
-    bar = LiveCounts(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
+    bar = Progress(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
     try:
         records = asyncio.run(rollout(
             tasks, harness, model, n=k, concurrency=concurrency, proxy=link,

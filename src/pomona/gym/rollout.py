@@ -32,39 +32,40 @@ from pomona.harnesses.proxy_link import ProxyLink
 ModelChoice = str | Callable[[Task], str]
 
 
-class _Progress:
-    """tqdm when it is installed, else one line on stderr rewritten in place."""
+class Progress:
+    """Live counts as episodes finish: passed of scored, mean reward, infra failures (never
+    counted as a 0). A tqdm bar when tqdm is installed, else one stderr line rewritten in place."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.enabled = total, 0, enabled
+    def __init__(self, total: int, label: str = "rollout", enabled: bool = True):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.done = self.passed = self.scored = self.infra = 0
         self.rewards: list[float] = []
-        self.failed = 0
-        self.t0 = time.monotonic()
         self._bar: Any = None
         if enabled:
             try:
                 from tqdm.auto import tqdm
             except ImportError:
                 return
-            self._bar = tqdm(total=total, desc="rollout", unit="ep")
+            self._bar = tqdm(total=total, desc=label, unit="ep", file=sys.stderr)
 
     def update(self, record: EpisodeRecord) -> None:
         self.done += 1
-        if record.reward is not None:
+        if record.failure_kind == "none" and record.reward is not None:
+            self.scored += 1
+            self.passed += bool(record.resolved)
             self.rewards.append(record.reward)
         else:
-            self.failed += 1
+            self.infra += 1
         if not self.enabled:
             return
         mean = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
+        status = f"pass {self.passed}/{self.scored}  reward {mean:.2f}  infra-fail {self.infra}"
         if self._bar is not None:
-            self._bar.set_postfix(reward=f"{mean:.2f}", failed=self.failed, refresh=False)
+            self._bar.set_postfix_str(status, refresh=False)
             self._bar.update(1)
-            return
-        rate = self.done / max(time.monotonic() - self.t0, 1e-9) * 60
-        sys.stderr.write(f"\rrollout {self.done}/{self.total}  reward {mean:.2f}  "
-                         f"failed {self.failed}  {rate:.1f} ep/min")
-        sys.stderr.flush()
+        else:
+            sys.stderr.write(f"\r{self.label} {self.done}/{self.total}  {status}")
+            sys.stderr.flush()
 
     def close(self) -> None:
         if self._bar is not None:
@@ -115,7 +116,7 @@ async def rollout(
     client = shared_client(runtime, state_dir)
     run_id = run_id or f"rollout-{time.strftime('%Y%m%d-%H%M%S')}"
     jobs = [(task, attempt) for task in chosen for attempt in range(n)]
-    bar = _Progress(len(jobs), progress)
+    bar = Progress(len(jobs), enabled=progress)
     loop = asyncio.get_running_loop()
 
     def attempt(task: Task, i: int) -> EpisodeRecord:
