@@ -1,37 +1,50 @@
-"""Test images for container runtimes, built offline from Debian packages and cached."""
+"""Test images for container runtimes, built offline from Debian packages with debootstrap and
+cached outside the checkout (CI's fresh clones on one machine share them; a new machine rebuilds
+them on first use)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-# Outside the repository: CI's fresh clones on one machine share it; a new machine rebuilds it.
 CACHE = Path("/var/cache/pomona/images")
-DEBIAN = "pomona-test/debian:bookworm"
 
 
 def _has(image: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
 
 
-def debian_rootfs_tar() -> Path:
-    """A Debian minbase root filesystem with git and python3, via debootstrap (once)."""
-    tar = CACHE / "debian-bookworm.tar"
+def rootfs_tar(name: str, include: tuple[str, ...] = (), absent: tuple[str, ...] = ()) -> Path:
+    """A Debian bookworm minbase root filesystem (plus `include` packages) as a tar, built once.
+    `absent` names programs the image must not have (checked, so a test relying on it is real)."""
+    tar = CACHE / f"{name}.tar"
     if tar.exists():
         return tar
     CACHE.mkdir(parents=True, exist_ok=True)
-    rootfs = CACHE / "debian-rootfs"
+    rootfs = CACHE / f"{name}-rootfs"
     subprocess.run(["rm", "-rf", str(rootfs)], check=True)
-    subprocess.run(["debootstrap", "--variant=minbase", "--include=git,python3,patch,procps",
-                    "bookworm", str(rootfs)], check=True, capture_output=True)
-    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tar) + ".tmp", "."], check=True)
-    Path(str(tar) + ".tmp").rename(tar)
+    command = ["debootstrap", "--variant=minbase"]
+    if include:
+        command.append("--include=" + ",".join(include))
+    subprocess.run([*command, "bookworm", str(rootfs)], check=True, capture_output=True)
+    for tool in absent:
+        if any((rootfs / d / tool).exists() for d in ("usr/bin", "usr/local/bin", "bin")):
+            raise RuntimeError(f"the {name} image unexpectedly has {tool}")
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", f"{tar}.tmp", "."], check=True)
+    Path(f"{tar}.tmp").rename(tar)
     subprocess.run(["rm", "-rf", str(rootfs)], check=True)
     return tar
 
 
+def docker_image(image: str, tar: Path) -> str:
+    """The image in the Docker engine's store (the local runtime reads it from there too)."""
+    if not _has(image):
+        with open(tar, "rb") as f:
+            subprocess.run(["docker", "import", "-", image], stdin=f, check=True, capture_output=True)
+    return image
+
+
 def debian_image() -> str:
-    if not _has(DEBIAN):
-        with open(debian_rootfs_tar(), "rb") as f:
-            subprocess.run(["docker", "import", "-", DEBIAN], stdin=f, check=True, capture_output=True)
-    return DEBIAN
+    """Debian minbase with git, python3, patch and procps: the conformance suite's image."""
+    return docker_image("pomona-test/debian:bookworm",
+                        rootfs_tar("debian-bookworm", include=("git", "python3", "patch", "procps")))

@@ -16,6 +16,12 @@ from typing import Any, ClassVar, Literal
 Dialect = Literal["chat", "responses", "anthropic"]
 TOOLS_MOUNT = "/opt/pomona/tools"
 API_KEY = "sk-pomona"  # the proxy ignores it; some harnesses refuse to start without one
+# the `api` names of pi-ai, the model library under both pi and OpenClaw
+PI_AI_API: dict[str, str] = {
+    "chat": "openai-completions",
+    "responses": "openai-responses",
+    "anthropic": "anthropic-messages",
+}
 
 
 # --- how a harness gets into the payload ------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 
 from pomona.harnesses.base import (
     API_KEY,
+    PI_AI_API,
     Harness,
     Launch,
     NpmInstall,
@@ -14,12 +15,6 @@ from pomona.harnesses.base import (
     RunContext,
     json_text,
 )
-
-_API = {
-    "chat": "openai-completions",
-    "responses": "openai-responses",
-    "anthropic": "anthropic-messages",
-}
 
 
 class OpenClaw(Harness):
@@ -47,7 +42,7 @@ class OpenClaw(Harness):
                     "proxy": {
                         "baseUrl": base,
                         "apiKey": API_KEY,
-                        "api": _API[ctx.dialect],
+                        "api": PI_AI_API[ctx.dialect],
                         "models": [model],
                     }
                 },

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pomona.harnesses.base import (
     API_KEY,
+    PI_AI_API,
     Harness,
     Launch,
     NpmInstall,
@@ -12,12 +13,6 @@ from pomona.harnesses.base import (
     assistant_text,
     json_text,
 )
-
-_API = {
-    "chat": "openai-completions",
-    "responses": "openai-responses",
-    "anthropic": "anthropic-messages",
-}
 
 
 class Pi(Harness):
@@ -34,7 +29,7 @@ class Pi(Harness):
             "providers": {
                 "proxy": {
                     "baseUrl": base,
-                    "api": _API[ctx.dialect],
+                    "api": PI_AI_API[ctx.dialect],
                     "apiKey": API_KEY,
                     "models": [{"id": ctx.model}],
                 }

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pomona.orchestrator.errors import InvalidRequest
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
+SANDBOX_UID = 1000  # the default user, "pomona", on every runtime
+SANDBOX_HOME = "/home/pomona"
 M = TypeVar("M", bound="BaseModel")
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,

@@ -67,6 +67,8 @@ from pomona.orchestrator.netns import Gateway, open_connection_in
 from pomona.orchestrator.runtime import collect
 from pomona.orchestrator.safefs import normalize
 from pomona.orchestrator.types import (
+    SANDBOX_HOME,
+    SANDBOX_UID,
     ExecChunk,
     ExecRequest,
     ExecResult,
@@ -77,8 +79,6 @@ from pomona.orchestrator.types import (
     SnapshotInfo,
 )
 
-SANDBOX_UID = 1000
-HOME = "/home/pomona"
 DEFAULT_SOCKETS = {"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"}
 SNAPSHOT_REPO = "pomona-snapshot"
 MAX_LINKS = 40
@@ -493,7 +493,7 @@ class DockerRuntime:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             tar.addfile(_tar_member("tmp", 0, 0o1777, tarfile.DIRTYPE))
-            for path in (normalize(live.spec.workdir), HOME):
+            for path in (normalize(live.spec.workdir), SANDBOX_HOME):
                 if path != "/":
                     tar.addfile(_tar_member(path.lstrip("/"), live.uid, 0o755, tarfile.DIRTYPE))
         await self._put(live, "/", buf.getvalue())
@@ -545,7 +545,7 @@ class DockerRuntime:
             argv = [live.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
             argv = list(request.command)
-        env = {"HOME": "/root" if user == "root" else HOME, "USER": user, "LOGNAME": user,
+        env = {"HOME": "/root" if user == "root" else SANDBOX_HOME, "USER": user, "LOGNAME": user,
                "PWD": cwd, "LANG": "C.UTF-8", **live.spec.env, **request.env}
         if tty:
             # the engine's API (1.41) sets a size only once the process runs: start the command

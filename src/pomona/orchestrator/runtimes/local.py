@@ -39,6 +39,8 @@ from pomona.orchestrator.linux import alive, mount_overlay, open_in_root, start_
 from pomona.orchestrator.netns import Gateway, open_connection_in
 from pomona.orchestrator.safefs import SandboxFS, normalize
 from pomona.orchestrator.types import (
+    SANDBOX_HOME,
+    SANDBOX_UID,
     ExecChunk,
     ExecRequest,
     ExecResult,
@@ -49,7 +51,6 @@ from pomona.orchestrator.types import (
     SnapshotInfo,
 )
 
-SANDBOX_UID = 1000
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INIT_BINARY = "/bin/busybox"  # static (Debian's busybox-static): runs in any image as the idle pid 2
 INIT_PATH = "/dev/.pomona/busybox"
@@ -290,7 +291,7 @@ class LocalRuntime:
             raise SandboxFailed(f"cannot mount the sandbox's root filesystem: {e}") from None
         uid = live.fs.uid
         # mount targets too: bubblewrap would create missing ones 0700, closed to the sandbox user
-        for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), ("/home/pomona", 0o755),
+        for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), (SANDBOX_HOME, 0o755),
                            *((m.target, 0o755) for m in spec.mounts)):
             live.fs.mkdir(path)
             with contextlib.suppress(OSError):
@@ -473,7 +474,7 @@ class LocalRuntime:
         else:
             argv += request.command
         argv = [INIT_BINARY, "setpriv", "--nnp", *argv]  # setuid binaries in the image grant nothing
-        home = "/root" if user == "root" else "/home/pomona"
+        home = "/root" if user == "root" else SANDBOX_HOME
         env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home, "USER": user,
                "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
                **request.env}
