@@ -61,4 +61,12 @@ def test_delete_while_creating_leaves_nothing_behind():
         procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
         assert "racy-" not in procs and "racy-" not in open("/proc/self/mounts").read()
     finally:
-        LocalRuntime(state).unmount_store()
+        runtime = LocalRuntime(state)
+        runtime.unmount_store()
+    from pathlib import Path
+
+    from pomona.orchestrator.cgroups import ROOT, is_v2
+
+    group = runtime.cgroup_group
+    parents = [ROOT / group] if is_v2() else [ROOT / c / group for c in ("memory", "pids", "cpu")]
+    assert not any(p.exists() for p in parents), "the runtime's parent cgroup outlived its state"

@@ -110,6 +110,14 @@ class Cgroup:
                     time.sleep(0.01)
 
 
+def remove_group(group: str, root: Path = ROOT) -> None:
+    """Remove a runtime's parent cgroup once none of its sandboxes is left (empty dirs only)."""
+    parents = [root / group] if is_v2(root) else [root / c / group for c in ("memory", "pids", "cpu")]
+    for parent in parents:
+        with contextlib.suppress(OSError):  # missing, or still holds a sandbox: keep it
+            parent.rmdir()
+
+
 def preexec_joiner(procs_files: list[str]):
     """A preexec_fn that moves the new child into the cgroup before it can fork anything."""
     encoded = [os.fsencode(p) for p in procs_files]

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pomona.orchestrator import execution
-from pomona.orchestrator.cgroups import Cgroup, preexec_joiner
+from pomona.orchestrator.cgroups import Cgroup, preexec_joiner, remove_group
 from pomona.orchestrator.errors import (
     InvalidRequest,
     RuntimeUnavailable,
@@ -177,6 +177,7 @@ class LocalRuntime:
         """Remove the state's own mount (after every sandbox is gone), e.g. at the end of tests."""
         if os.path.ismount(self.state):
             unmount(str(self.state))
+        remove_group(self.cgroup_group)
 
     async def close(self) -> None:
         for live in self.sandboxes.values():
