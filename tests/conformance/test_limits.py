@@ -43,6 +43,14 @@ def test_disk_filler_hits_its_quota(client, image):
         assert sb.exec("echo ok > /workspace/small && cat /workspace/small").stdout == "ok\n"
 
 
-def test_cpu_limit_is_applied(client, image):
+CPU_BURN = ("python3 -c 'import os, time\nt = time.time()\nwhile time.time() - t < 2: pass\n"
+            "c = os.times(); print(c.user + c.system)'")
+
+
+def test_cpu_limit_caps_cpu_time(client, image):
+    """Half a core for 2 s of busy loop allows at most ~1 s of CPU. Load elsewhere can only lower
+    what the loop gets, so the bound never flakes; without the limit an idle core gives ~2 s."""
     with client.create_sandbox(image, cpu=0.5) as sb:
-        assert sb.exec("echo runs").stdout == "runs\n"
+        r = sb.exec(CPU_BURN, timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert float(r.stdout) < 1.4
