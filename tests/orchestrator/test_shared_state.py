@@ -28,45 +28,50 @@ def test_second_client_adopts_a_gateway_sandbox_the_first_still_serves():
 
 
 def test_delete_while_creating_leaves_nothing_behind():
+    """A delete that arrives while the sandbox is being built waits for the build, tears down
+    once, and the create fails saying so; nothing (process, mount, cgroup) is left."""
     import asyncio
     import subprocess
+    import threading
+    from pathlib import Path
 
     import pytest
 
     from pomona import AsyncSandboxClient
+    from pomona.orchestrator.cgroups import ROOT, is_v2
     from pomona.orchestrator.errors import SandboxFailed
 
     state = tempfile.mkdtemp(prefix="pomona-race-")
 
-    raced = []
-
-    async def race(i: int) -> None:
+    async def race() -> None:
         async with AsyncSandboxClient("local", state_dir=state) as client:
-            creating = asyncio.create_task(client.create_sandbox("host", sandbox_id=f"racy-{i}"))
-            for _ in range(i):  # let the create get a little further each round
-                await asyncio.sleep(0)
-            deleted = await client.delete_sandbox(f"racy-{i}")
-            raced.append(deleted)
-            if deleted:
-                with pytest.raises(SandboxFailed, match="deleted while"):
-                    await creating
-            else:
-                await (await creating).delete()
+            runtime = client._runtime
+            build, started, release = runtime._build, threading.Event(), threading.Event()
+
+            def held_build(live, spec):  # the build pauses until the delete is in flight
+                started.set()
+                release.wait(30)
+                return build(live, spec)
+
+            runtime._build = held_build
+            creating = asyncio.create_task(client.create_sandbox("host", sandbox_id="racy"))
+            assert await asyncio.to_thread(started.wait, 30)
+            deleting = asyncio.create_task(client.delete_sandbox("racy"))
+            await asyncio.sleep(0.1)
+            assert not deleting.done()  # it waits for the build, it does not tear down under it
+            release.set()
+            assert await deleting is True
+            with pytest.raises(SandboxFailed, match="deleted while"):
+                await creating
             assert await client.list_sandboxes() == []
 
     try:
-        for i in range(8):
-            asyncio.run(race(i))
-        assert any(raced), "no round deleted the sandbox mid-create: the race was not exercised"
+        asyncio.run(race())
         procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        assert "racy-" not in procs and "racy-" not in open("/proc/self/mounts").read()
+        assert "racy" not in procs and "racy" not in open("/proc/self/mounts").read()
     finally:
         runtime = LocalRuntime(state)
         runtime.unmount_store()
-    from pathlib import Path
-
-    from pomona.orchestrator.cgroups import ROOT, is_v2
-
     group = runtime.cgroup_group
     parents = [ROOT / group] if is_v2() else [ROOT / c / group for c in ("memory", "pids", "cpu")]
-    assert not any(p.exists() for p in parents), "the runtime's parent cgroup outlived its state"
+    assert not any(Path(p).exists() for p in parents), "the runtime's parent cgroup outlived its state"
