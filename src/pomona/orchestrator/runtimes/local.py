@@ -351,7 +351,7 @@ class LocalRuntime:
                 if not raw:
                     raise SandboxFailed(f"bubblewrap failed: {self._init_log(live)}")
                 child = json.loads(raw)["child-pid"]
-                # identity-mapped user namespace: uid 0 inside has no power over the host
+                # identity-mapped user namespace: uid 0 inside has capabilities only over its own namespaces
                 Path(f"/proc/{child}/uid_map").write_text("0 0 4294967295\n")
                 Path(f"/proc/{child}/gid_map").write_text("0 0 4294967295\n")
                 live.cgroup.join(child)  # before it runs a thing: limits hold for all it starts
