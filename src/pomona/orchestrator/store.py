@@ -12,7 +12,6 @@ Idempotency keys live exactly as long as their job.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import sqlite3
@@ -297,6 +296,16 @@ return cur
 """
 
 
+_ADD_JOB = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
+  redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+  redis.call('SADD', KEYS[3], ARGV[1])
+  return false
+end
+return redis.call('GET', KEYS[1])
+"""
+
+
 class RedisStore(Store):
     """Keys under one prefix: sb:{id} (JSON), sbs (zset by expiry, +inf without TTL), job:{id},
     idem:{key} -> job id (both with the job's expiry), lock:{name}, replica:{id}, reaped (zset)."""
@@ -309,6 +318,7 @@ class RedisStore(Store):
         self.p = prefix
         self._lock = self.redis.register_script(_LOCK)
         self._unlock = self.redis.register_script(_UNLOCK)
+        self._add_job = self.redis.register_script(_ADD_JOB)
 
     async def start(self) -> None:
         with contextlib.suppress(Exception):  # CONFIG may be disabled on managed Redis
@@ -382,20 +392,23 @@ class RedisStore(Store):
         return max(1, int(job.expires_at - time.time()))
 
     async def add_job(self, job: JobRecord, idempotency_key: str | None) -> JobRecord:
-        ttl = self._job_ttl(job)
-        if idempotency_key and not await self.redis.set(self.p + "idem:" + idempotency_key, job.id,
-                                                       nx=True, ex=ttl):
-            existing_id = await self.redis.get(self.p + "idem:" + idempotency_key)
-            for _ in range(50):  # the first request may not have written its job yet
-                if existing := await self.get_job(existing_id or ""):
-                    return existing
-                await asyncio.sleep(0.01)
-            raise RuntimeError(f"idempotency key {idempotency_key!r} names a job that vanished")
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.p + "job:" + job.id, job.model_dump_json(), ex=ttl)
-            pipe.sadd(self.p + "jobs:" + job.sandbox_id, job.id)
-            await pipe.execute()
-        return job
+        # one script: the idempotency key and the job are written together or not at all
+        idem = self.p + "idem:" + (idempotency_key or job.id)
+        existing_id = await self._add_job(
+            keys=[idem, self.p + "job:" + job.id, self.p + "jobs:" + job.sandbox_id],
+            args=[job.id, job.model_dump_json(), self._job_ttl(job)])
+        if not existing_id:
+            return job
+        if existing := await self.get_job(existing_id):
+            return existing
+        # the key survived a store crash that lost its job (Redis lost its last writes): the
+        # command may have run; it is never run again, and the caller is told so
+        lost = job.model_copy(update={
+            "id": existing_id, "status": "failed", "completed_at": time.time(),
+            "error_type": "SandboxFailed", "error": "this job's record was lost in a store restart; "
+            "the command may have run and was not re-run. Check the sandbox's state."})
+        await self.put_job(lost)
+        return lost
 
     async def put_job(self, job: JobRecord) -> None:
         key = self.p + "job:" + job.id
