@@ -1,7 +1,7 @@
 """Pomona: real agent harnesses in isolated sandboxes, every model call recorded."""
 
-from pomona.orchestrator.client import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
 from pomona.orchestrator.errors import PomonaError
+from pomona.orchestrator.sdk.client import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
 from pomona.orchestrator.types import ExecResult, SandboxInfo, SandboxSpec, SnapshotInfo
 
 try:  # registering costs nothing more than importing gymnasium, when it is installed

@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.benchmarks.leaderboard import add_leaderboard_parser
     from pomona.benchmarks.swe_tasks import add_tasks_parser
     from pomona.harnesses.cli import add_harnesses_parser
-    from pomona.orchestrator.server import add_serve_parser
+    from pomona.orchestrator.server.app import add_serve_parser
     from pomona.proxy.cli import add_proxy_parser
     from pomona.run import add_run_parser
 

@@ -71,7 +71,7 @@ def client(runtime_name: str, state_root: Path) -> Iterator[SandboxClient]:
 
 
 def _http_client(state: Path) -> Iterator[SandboxClient]:
-    from pomona.orchestrator.server import build
+    from pomona.orchestrator.server.app import build
     from tests.service.harness import KEYS, server_thread, unmount
 
     app = build("local", str(state), api_keys=KEYS, admins={"admin"})

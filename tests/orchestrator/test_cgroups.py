@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pomona.orchestrator.cgroups import Cgroup, is_v2
+from pomona.orchestrator.linux.cgroups import Cgroup, is_v2
 from pomona.orchestrator.types import Limits
 
 

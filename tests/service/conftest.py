@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pomona.orchestrator.coordinator import Timing
-from pomona.orchestrator.server import build
+from pomona.orchestrator.server.app import build
+from pomona.orchestrator.server.coordinator import Timing
 from tests.service.harness import KEYS, RedisServer, server_thread, unmount
 
 MAX_BODY = 2 * 2**20

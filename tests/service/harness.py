@@ -64,8 +64,8 @@ def server_thread(app) -> Iterator[str]:
 
 REPLICA = textwrap.dedent("""
     import logging, sys
-    from pomona.orchestrator.coordinator import Timing
-    from pomona.orchestrator.server import serve
+    from pomona.orchestrator.server.coordinator import Timing
+    from pomona.orchestrator.server.app import serve
     logging.basicConfig(level=logging.WARNING)
     port, state, redis = int(sys.argv[1]), sys.argv[2], sys.argv[3] or None
     timing = Timing(maintenance_interval=0.2, replica_ttl=1.5, lock_ttl=3.0)

@@ -296,7 +296,7 @@ def test_admission_control_queues_then_503_with_retry_after(state_root):
 
 
 def test_state_survives_a_restart(state_root):
-    from pomona.orchestrator.server import build
+    from pomona.orchestrator.server.app import build
     from tests.service.conftest import running_service
     from tests.service.harness import KEYS, server_thread
 

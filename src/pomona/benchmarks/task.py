@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from pomona.orchestrator.client import Sandbox
+from pomona.orchestrator.sdk.client import Sandbox
 
 
 class Score(BaseModel):

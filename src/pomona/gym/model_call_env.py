@@ -48,7 +48,7 @@ from pomona.gym.sandboxes import shared_client
 from pomona.gym.shell_env import CHARSET
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.run import HarnessResult, run
-from pomona.orchestrator.client import Sandbox
+from pomona.orchestrator.sdk.client import Sandbox
 from pomona.proxy.neutral import Action
 from pomona.proxy.policy import POLICY, CallExpired, HeldCall, Policy
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import atexit
 import threading
 
-from pomona.orchestrator.client import SandboxClient
+from pomona.orchestrator.sdk.client import SandboxClient
 
 _clients: dict[tuple[str, str | None], SandboxClient] = {}
 _lock = threading.Lock()

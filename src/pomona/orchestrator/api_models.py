@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from pomona.orchestrator.errors import PomonaError
-from pomona.orchestrator.store import JobRecord, JobStatus
+from pomona.orchestrator.server.store import JobRecord, JobStatus
 from pomona.orchestrator.types import ExecRequest, FileInfo, PatchResult, SandboxInfo, SandboxSpec
 
 # -- errors that only the service raises --------------------------------------------------------

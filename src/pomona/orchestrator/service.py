@@ -17,8 +17,8 @@ from pomona.orchestrator.errors import (
     SandboxNotFound,
     SnapshotNotFound,
 )
+from pomona.orchestrator.linux.safefs import normalize
 from pomona.orchestrator.runtime import Pty, Runtime, collect
-from pomona.orchestrator.safefs import normalize
 from pomona.orchestrator.types import (
     ExecChunk,
     ExecRequest,

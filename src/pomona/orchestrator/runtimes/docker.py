@@ -25,7 +25,7 @@ labelled with the source sandbox and spec; they outlive the sandbox they came fr
 
 Host-local engine only: the timeout kill (killpg on the exec's host pid), port connect and the
 gateway network mode (a listener opened inside the container's network namespace through
-/proc/<pid>/ns/net, pomona.orchestrator.netns) need the engine's processes to be on this host,
+/proc/<pid>/ns/net, pomona.orchestrator.linux.netns) need the engine's processes to be on this host,
 which is the case for a local dockerd or a rootful `podman system service`. A remote engine
 (tcp:// to another machine) runs the rest but not those three.
 """
@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pomona.orchestrator import execution
 from pomona.orchestrator.errors import (
     FileNotFoundInSandbox,
     ImageNotFound,
@@ -62,10 +61,11 @@ from pomona.orchestrator.errors import (
     SandboxNotFound,
     SnapshotNotFound,
 )
-from pomona.orchestrator.linux import alive, start_time
-from pomona.orchestrator.netns import Gateway, open_connection_in
+from pomona.orchestrator.linux.netns import Gateway, open_connection_in
+from pomona.orchestrator.linux.safefs import normalize
+from pomona.orchestrator.linux.syscalls import alive, start_time
 from pomona.orchestrator.runtime import collect
-from pomona.orchestrator.safefs import normalize
+from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,

@@ -24,8 +24,6 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pomona.orchestrator import execution
-from pomona.orchestrator.cgroups import Cgroup, preexec_joiner, remove_group
 from pomona.orchestrator.errors import (
     InvalidRequest,
     RuntimeUnavailable,
@@ -34,10 +32,18 @@ from pomona.orchestrator.errors import (
     SandboxNotFound,
     SnapshotNotFound,
 )
-from pomona.orchestrator.images import Image, ImageStore
-from pomona.orchestrator.linux import alive, mount_overlay, open_in_root, start_time, unmount
-from pomona.orchestrator.netns import Gateway, open_connection_in
-from pomona.orchestrator.safefs import SandboxFS, normalize
+from pomona.orchestrator.linux.cgroups import Cgroup, preexec_joiner, remove_group
+from pomona.orchestrator.linux.images import Image, ImageStore
+from pomona.orchestrator.linux.netns import Gateway, open_connection_in
+from pomona.orchestrator.linux.safefs import SandboxFS, normalize
+from pomona.orchestrator.linux.syscalls import (
+    alive,
+    mount_overlay,
+    open_in_root,
+    start_time,
+    unmount,
+)
+from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,

@@ -63,10 +63,10 @@ from pomona.orchestrator.api_models import (
     SnapshotBody,
     SnapshotDeleted,
 )
-from pomona.orchestrator.coordinator import Coordinator, Principal, Timing
 from pomona.orchestrator.errors import InvalidRequest, PomonaError
-from pomona.orchestrator.relay import pty_session, tcp_tunnel
-from pomona.orchestrator.store import JobRecord, SandboxRecord, open_store
+from pomona.orchestrator.server.coordinator import Coordinator, Principal, Timing
+from pomona.orchestrator.server.relay import pty_session, tcp_tunnel
+from pomona.orchestrator.server.store import JobRecord, SandboxRecord, open_store
 from pomona.orchestrator.types import ExecChunk, FileInfo, SnapshotInfo
 
 log = logging.getLogger("pomona.service")
@@ -535,7 +535,7 @@ def build(runtime: str = "local", state_dir: str = "/var/lib/pomona", redis_url:
           api_keys: dict[str, str] | None = None, admins: set[str] | None = None,
           timing: Timing | None = None, **app_options: Any) -> FastAPI:
     """The whole service from settings: runtime, store, coordinator, app."""
-    from pomona.orchestrator.client import make_runtime
+    from pomona.orchestrator.runtimes import make_runtime
     from pomona.orchestrator.service import SandboxService
 
     service = SandboxService(make_runtime(runtime, state_dir), reap_interval=10**9)  # the coordinator reaps
@@ -588,7 +588,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    """`python -m pomona.orchestrator.server ...`: the same as `pomona serve ...`."""
+    """`python -m pomona.orchestrator.server.app ...`: the same as `pomona serve ...`."""
     parser = argparse.ArgumentParser(prog="pomona")
     add_serve_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["serve", *sys.argv[1:]])

@@ -18,7 +18,7 @@ import tarfile
 from collections.abc import Iterator
 
 from pomona.orchestrator.errors import FileNotFoundInSandbox, InvalidRequest, PathOutsideSandbox
-from pomona.orchestrator.linux import open_in_root
+from pomona.orchestrator.linux.syscalls import open_in_root
 from pomona.orchestrator.types import FileInfo
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

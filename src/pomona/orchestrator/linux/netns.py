@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 
-from pomona.orchestrator.linux import CLONE_NEWNET, setns
+from pomona.orchestrator.linux.syscalls import CLONE_NEWNET, setns
 
 
 def socket_in_netns(netns_path: str, family: int = socket.AF_INET) -> socket.socket:

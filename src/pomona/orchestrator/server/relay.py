@@ -20,8 +20,8 @@ from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from pomona.orchestrator.api_models import AuthenticationRequired, PermissionDenied
-from pomona.orchestrator.coordinator import Coordinator, Principal
 from pomona.orchestrator.errors import PomonaError, SandboxNotFound
+from pomona.orchestrator.server.coordinator import Coordinator, Principal
 from pomona.orchestrator.types import ExecRequest
 
 INIT_TIMEOUT = 10.0

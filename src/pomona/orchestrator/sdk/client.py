@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pomona.orchestrator.runtime import Pty, Runtime
+from pomona.orchestrator.runtimes import make_runtime
 from pomona.orchestrator.service import SandboxService
 from pomona.orchestrator.types import (
     DEFAULT_OUTPUT_CAP,
@@ -35,18 +36,6 @@ from pomona.orchestrator.types import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def make_runtime(runtime: str, state_dir: str | None = None, **options: Any) -> Runtime:
-    if runtime == "local":
-        from pomona.orchestrator.runtimes.local import LocalRuntime
-
-        return LocalRuntime(state_dir or "/var/lib/pomona", **options)
-    if runtime in ("docker", "podman"):
-        from pomona.orchestrator.runtimes.docker import DockerRuntime
-
-        return DockerRuntime(state_dir=state_dir, engine=runtime, **options)
-    raise ValueError(f"unknown runtime {runtime!r}: choose local, docker or podman")
 
 
 class AsyncSandbox:
@@ -153,7 +142,7 @@ class AsyncSandboxClient:
         runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
         url = base_url or (os.environ.get("POMONA_URL") if runtime is None else None)
         if url and runtime is None:
-            from pomona.orchestrator.remote import RemoteService
+            from pomona.orchestrator.sdk.remote import RemoteService
 
             self._service = RemoteService(url, api_key or os.environ.get("POMONA_API_KEY"))
         else:

@@ -32,8 +32,8 @@ from pomona.orchestrator.errors import (
     SnapshotNotFound,
 )
 from pomona.orchestrator.runtime import Pty
+from pomona.orchestrator.server.store import JobRecord, SandboxRecord, Store
 from pomona.orchestrator.service import SandboxService, new_id
-from pomona.orchestrator.store import JobRecord, SandboxRecord, Store
 from pomona.orchestrator.types import (
     ExecChunk,
     ExecRequest,
