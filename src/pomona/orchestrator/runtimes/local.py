@@ -298,15 +298,21 @@ class LocalRuntime:
             raise SandboxFailed(f"cannot mount the sandbox's root filesystem: {e}") from None
         uid = live.fs.uid
         # mount targets too: bubblewrap would create missing ones 0700, closed to the sandbox user
-        for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), (SANDBOX_HOME, 0o755),
-                           *((m.target, 0o755) for m in spec.mounts)):
-            live.fs.mkdir(path)
-            with contextlib.suppress(OSError):
-                fd = open_in_root(os.open(d / "rootfs", os.O_PATH), path, os.O_RDONLY | os.O_DIRECTORY)
-                os.fchmod(fd, mode)
-                if path != "/tmp":
-                    os.fchown(fd, uid, uid)
-                os.close(fd)
+        root = os.open(d / "rootfs", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), (SANDBOX_HOME, 0o755),
+                               *((m.target, 0o755) for m in spec.mounts)):
+                live.fs.mkdir(path)
+                with contextlib.suppress(OSError):
+                    fd = open_in_root(root, path, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        os.fchmod(fd, mode)
+                        if path != "/tmp":
+                            os.fchown(fd, uid, uid)
+                    finally:
+                        os.close(fd)
+        finally:
+            os.close(root)
         record.shell = "/bin/bash" if self._exists(live, "/bin/bash") else "/bin/sh"
         live.cgroup.create(spec.limits)
         self._spawn_init(live, spec)
