@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.orchestrator.server.app import add_serve_parser
     from pomona.proxy.cli import add_proxy_parser
     from pomona.run import add_run_parser
+    from pomona.viewer.app import add_view_parser
 
     parser = argparse.ArgumentParser(
         prog="pomona", description="Real agent harnesses in sandboxes, every model call recorded.")
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tasks_parser(sub)
     add_run_parser(sub)
     add_leaderboard_parser(sub)
+    add_view_parser(sub)
     return parser
 
 

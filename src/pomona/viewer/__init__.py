@@ -1,0 +1,1 @@
+"""`pomona view`: a read-only web viewer over a trajectory store (runs, leaderboard, episodes)."""

@@ -1,0 +1,348 @@
+"""What each page of the viewer shows, computed from the index with Arrow filters and slices.
+
+Every function takes a `StoreIndex` and returns plain JSON-ready data. Rates come from
+`benchmarks.metrics` (the same numbers `pomona leaderboard` prints): infra failures are left out
+of every rate and counted apart by kind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pomona.benchmarks import leaderboard as board
+from pomona.benchmarks import metrics
+from pomona.viewer.conversation import timeline
+from pomona.viewer.index import StoreIndex
+
+STATUSES = ("pass", "fail", "infra", "unscored")
+"""An episode's outcome on the pages: resolved, ran and not resolved, infra failure, no score."""
+
+LIVE_WINDOW_S = 120
+"""A run counts as running while its writer is alive and it finished an episode this recently
+(or episodes of that writer are in flight): a store records no explicit end of run."""
+
+SUMMARY_COLUMNS = ("run", "benchmark", "task", "harness", "model", "reward", "resolved",
+                   "failure_kind")  # fmt: skip
+
+
+def status_of(row: dict[str, Any]) -> str:
+    kind = row.get("failure_kind") or "none"
+    if kind != "none":
+        return "infra"
+    if row.get("reward") is None:
+        return "unscored"
+    return "pass" if row.get("resolved") else "fail"
+
+
+def _status_column(table: pa.Table) -> pa.Array:
+    kind = pc.fill_null(table["failure_kind"], "none")
+    infra = pc.not_equal(kind, "none")
+    unscored = pc.is_null(table["reward"])
+    resolved = pc.fill_null(table["resolved"], False)
+    return pc.if_else(
+        infra, "infra", pc.if_else(unscored, "unscored", pc.if_else(resolved, "pass", "fail"))
+    )
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: _iso(v) for k, v in row.items() if not k.startswith("_")}
+
+
+def episodes_table(index: StoreIndex) -> pa.Table:
+    """Episodes with a `status` column, newest first."""
+
+    def compute() -> pa.Table:
+        data = index.episode_rows()
+        data = data.append_column("status", _status_column(data))
+        if data.num_rows == 0:
+            return data
+        return data.sort_by([("started_at", "descending")])
+
+    return index.cached("episodes_table", compute)
+
+
+# --- in-flight episodes --------------------------------------------------------------------------
+
+
+def in_flight(index: StoreIndex) -> list[dict[str, Any]]:
+    """Episodes whose calls are recorded but whose row is not written yet, from live writers.
+
+    The proxy writes an episode's row when the episode closes, so a running episode shows only
+    through its calls until then."""
+
+    def compute() -> list[dict[str, Any]]:
+        live = {s.number for s in index.calls.live_files()}
+        calls = index.calls.data()
+        if not live or calls.num_rows == 0:
+            return []
+        mask = pc.is_in(calls["_file"], pa.array(sorted(live), pa.int32()))
+        known = index.episodes.data()["episode"]
+        mask = pc.and_(mask, pc.invert(pc.is_in(calls["episode"], known)))
+        mask = pc.and_(mask, pc.is_valid(calls["episode"]))
+        pending = calls.filter(mask)
+        if pending.num_rows == 0:
+            return []
+        grouped = pending.group_by("episode").aggregate(
+            [("call_id", "count"), ("started_at", "min"), ("ended_at", "max")]
+        )
+        rows = grouped.sort_by([("ended_at_max", "descending")]).to_pylist()
+        return [
+            {"episode": r["episode"], "calls": r["call_id_count"],
+             "started_at": _iso(r["started_at_min"]), "last_call_at": _iso(r["ended_at_max"])}
+            for r in rows
+        ]  # fmt: skip
+
+    return index.cached("in_flight", compute)
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+def _joined(values: list[Any]) -> str:
+    names = sorted({str(v) for v in values if v is not None})
+    return ", ".join(names) if names else "?"
+
+
+def runs(index: StoreIndex) -> list[dict[str, Any]]:
+    """Every run, newest first: what ran, counts, resolve rate, infra failures, whether live."""
+
+    def compute() -> list[dict[str, Any]]:
+        data = episodes_table(index)
+        if data.num_rows == 0:
+            return []
+        live_files = {s.number for s in index.episodes.live_files()}
+        pending = bool(in_flight(index))
+        rows = data.select([*SUMMARY_COLUMNS, "num_calls", "started_at", "ended_at", "status",
+                            "_file"]).to_pylist()  # fmt: skip
+        by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_run[row["run"] or "(no run)"].append(row)
+        newest = max(r["ended_at"] for r in rows if r["ended_at"] is not None)
+        out = []
+        for run, group in by_run.items():
+            out.append(_run_summary(run, group, live_files, pending, newest))
+        return sorted(out, key=lambda r: r["started_at"] or "", reverse=True)
+
+    return index.cached("runs", compute)
+
+
+def _run_summary(run: str, group: list[dict[str, Any]], live_files: set[int], pending: bool,
+                 newest: Any) -> dict[str, Any]:  # fmt: skip
+    summaries = metrics.summarize(group)
+    trials = sum(s.trials for s in summaries)
+    rate = sum((s.resolve_rate or 0.0) * s.trials for s in summaries) / trials if trials else None
+    statuses = Counter(r["status"] for r in group)
+    failures = Counter(r["failure_kind"] for r in group if r["status"] == "infra")
+    last = max((r["ended_at"] for r in group if r["ended_at"] is not None), default=None)
+    started = min((r["started_at"] for r in group if r["started_at"] is not None), default=None)
+    recent = last is not None and (newest - last).total_seconds() < LIVE_WINDOW_S
+    live = any(r["_file"] in live_files for r in group) and (pending or recent)
+    return {
+        "run": run,
+        "benchmark": _joined([r["benchmark"] for r in group]),
+        "harness": _joined([r["harness"] for r in group]),
+        "model": _joined([r["model"] for r in group]),
+        "episodes": len(group),
+        "tasks": len({r["task"] for r in group}),
+        "passed": statuses["pass"],
+        "failed": statuses["fail"],
+        "infra": statuses["infra"],
+        "unscored": statuses["unscored"],
+        "failures": dict(failures),
+        "resolve_rate": rate,
+        "calls": sum(r["num_calls"] or 0 for r in group),
+        "started_at": _iso(started),
+        "last_at": _iso(last),
+        "live": live,
+    }
+
+
+def run_detail(index: StoreIndex, run: str) -> dict[str, Any] | None:
+    """One run's header: its summaries per (benchmark, harness, model) and its counts."""
+    found = next((r for r in runs(index) if r["run"] == run), None)
+    if found is None:
+        return None
+    data = _of_run(index, run)
+    group = data.select(list(SUMMARY_COLUMNS)).to_pylist()
+    most = max(Counter((r["task"], r["harness"], r["model"]) for r in group).values())
+    summaries = [_summary_dict(s) for s in metrics.summarize(group, range(1, most + 1))]
+    return {**found, "summaries": summaries, "failure_kinds": sorted(found["failures"])}
+
+
+def _of_run(index: StoreIndex, run: str) -> pa.Table:
+    data = episodes_table(index)
+    if run == "(no run)":
+        return data.filter(pc.is_null(data["run"]))
+    return data.filter(pc.equal(data["run"], run))
+
+
+def run_tasks(index: StoreIndex, run: str, *, status: str | None = None,
+              failure_kind: str | None = None, task: str | None = None, offset: int = 0,
+              limit: int = 50) -> dict[str, Any]:  # fmt: skip
+    """The run's tasks × attempts, one page of tasks, with the attempts that match the filters."""
+    data = _of_run(index, run)
+    data = _filtered(data, status=status, failure_kind=failure_kind, task=task)
+    tasks = pc.unique(data["task"]).to_pylist() if data.num_rows else []
+    tasks = sorted(tasks, key=lambda t: (t is None, t or ""))
+    page = tasks[offset : offset + limit]
+    rows = (
+        data.filter(pc.is_in(data["task"], pa.array(page, pa.string())))
+        if page
+        else data.slice(0, 0)
+    )
+    by_task: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows.select(EPISODE_LIST_COLUMNS).to_pylist():
+        by_task[row["task"]].append(_plain(row))
+    for attempts in by_task.values():
+        attempts.sort(
+            key=lambda r: (r["attempt"] is None, r["attempt"] or 0, r["started_at"] or "")
+        )
+    return {
+        "total": len(tasks),
+        "offset": offset,
+        "limit": limit,
+        "tasks": [{"task": t, "attempts": by_task[t]} for t in page],
+    }
+
+
+EPISODE_LIST_COLUMNS = [
+    "episode", "run", "benchmark", "task", "harness", "model", "attempt", "status", "reward",
+    "failure_kind", "failure_message", "num_calls", "started_at", "ended_at",
+]  # fmt: skip
+
+
+def _filtered(data: pa.Table, **filters: str | None) -> pa.Table:
+    """Exact matches on columns; `task` also matches as a substring (case-insensitive)."""
+    for column, value in filters.items():
+        if not value or data.num_rows == 0:
+            continue
+        if column == "task":
+            mask = pc.match_substring(pc.fill_null(data["task"], ""), value, ignore_case=True)
+        else:
+            mask = pc.equal(data[column], value)
+        data = data.filter(pc.fill_null(mask, False))
+    return data
+
+
+def episodes(index: StoreIndex, *, offset: int = 0, limit: int = 50,
+             **filters: str | None) -> dict[str, Any]:  # fmt: skip
+    """One page of episodes, newest first, filtered by run, benchmark, task, harness, model,
+    status or failure kind."""
+    data = _filtered(episodes_table(index), **filters)
+    page = data.slice(offset, limit).select(EPISODE_LIST_COLUMNS).to_pylist()
+    return {"total": data.num_rows, "offset": offset, "limit": limit,
+            "episodes": [_plain(r) for r in page]}  # fmt: skip
+
+
+# --- leaderboard ---------------------------------------------------------------------------------
+
+
+def _summary_dict(s: metrics.Summary) -> dict[str, Any]:
+    d = asdict(s)
+    d["pass_at"] = {str(k): v for k, v in s.pass_at.items()}
+    d["pass_hat"] = {str(k): v for k, v in s.pass_hat.items()}
+    d["infra_failures"] = s.infra_failures
+    return d
+
+
+def _summaries(index: StoreIndex) -> list[metrics.Summary]:
+    def compute() -> list[metrics.Summary]:
+        rows = episodes_table(index).select(list(SUMMARY_COLUMNS)).to_pylist()
+        counts = Counter((r["benchmark"], r["harness"], r["model"], r["task"]) for r in rows)
+        most = max(counts.values(), default=1)
+        return board.rank(metrics.summarize(rows, range(1, most + 1)))
+
+    return index.cached("summaries", compute)
+
+
+def leaderboard(index: StoreIndex) -> dict[str, Any]:
+    """The benchmark × harness × model matrix with pass@k and pass^k, as `pomona leaderboard`."""
+    summaries = _summaries(index)
+    ks = sorted({k for s in summaries for k in s.pass_at})
+    return {"ks": ks, "rows": [_summary_dict(s) for s in summaries]}
+
+
+def leaderboard_png(index: StoreIndex) -> bytes | None:
+    """The same heatmap `pomona leaderboard --html` draws (None on an empty store)."""
+    summaries = _summaries(index)
+    if not summaries:
+        return None
+    return index.cached("leaderboard_png", lambda: board.matrix_png(summaries))
+
+
+# --- one episode ---------------------------------------------------------------------------------
+
+
+def episode_row(index: StoreIndex, key: str) -> dict[str, Any] | None:
+    data = episodes_table(index)
+    found = data.filter(pc.equal(data["episode"], key))
+    return _plain(found.slice(found.num_rows - 1).to_pylist()[0]) if found.num_rows else None
+
+
+def call_rows(index: StoreIndex, key: str) -> list[dict[str, Any]]:
+    """The episode's calls, whole (bodies included), in the order they started."""
+    calls = index.calls.data()
+    found = calls.filter(pc.equal(calls["episode"], key))
+    if found.num_rows == 0:
+        return []
+    found = found.sort_by([("started_at", "ascending"), ("sequence", "ascending")])
+    where = zip(found["_file"].to_pylist(), found["_offset"].to_pylist(), found["_row"].to_pylist(),
+                strict=True)  # fmt: skip
+    return index.calls.full_rows(list(where))
+
+
+def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
+    """The episode's row, its timeline of calls and what the proxy measured over them."""
+    row = episode_row(index, key)
+    calls = call_rows(index, key)
+    if row is None and not calls:
+        return None
+    items = timeline(calls)
+    usage = [c.get("usage") or {} for c in items]
+    return {
+        "episode": row,
+        "key": key,
+        "in_flight": row is None,
+        "calls": items,
+        "totals": {
+            "calls": len(items),
+            "input_tokens": sum(u.get("input_tokens") or 0 for u in usage),
+            "output_tokens": sum(u.get("output_tokens") or 0 for u in usage),
+            "latency_ms": sum(c.get("latency_ms") or 0.0 for c in items),
+            "errors": sum(c.get("status") != "ok" for c in items),
+        },
+    }
+
+
+def same_task(index: StoreIndex, key: str, limit: int = 200) -> list[dict[str, Any]]:
+    """Other episodes of the episode's task (any run, harness or model), for comparing."""
+    row = episode_row(index, key)
+    if row is None:
+        return []
+    data = episodes_table(index)
+    mask = pc.and_(pc.equal(data["task"], row["task"]), pc.not_equal(data["episode"], key))
+    if row.get("benchmark") is not None:
+        mask = pc.and_(mask, pc.equal(data["benchmark"], row["benchmark"]))
+    found = data.filter(pc.fill_null(mask, False)).slice(0, limit)
+    return [_plain(r) for r in found.select(EPISODE_LIST_COLUMNS).to_pylist()]
+
+
+def overview(index: StoreIndex) -> dict[str, Any]:
+    """What the store holds, for the header of every page."""
+    return {
+        "directory": str(index.directory),
+        "version": index.version,
+        "episodes": index.episodes.data().num_rows,
+        "calls": index.calls.data().num_rows,
+        "live_writers": sorted(index.live_writers()),
+        "in_flight": in_flight(index),
+    }

@@ -1,0 +1,34 @@
+// The runs page: every run with what ran, its counts and resolve rate; live runs update in place.
+import { api, badge, el, link, num, pct, replace, setStatus, sortableTable, watch, when } from "/static/viewer.js";
+
+const columns = [
+  { key: "run", label: "run", cell: (r) => link("/run", { run: r.run }, r.run) },
+  { key: "live", label: "state", value: (r) => (r.live ? 0 : 1), cell: (r) => (r.live ? el("span", { class: "badge live" }, "running") : "finished") },
+  { key: "benchmark", label: "benchmark" },
+  { key: "harness", label: "harness" },
+  { key: "model", label: "model" },
+  { key: "episodes", label: "episodes", num: true },
+  { key: "passed", label: "passed", num: true },
+  { key: "failed", label: "failed", num: true },
+  { key: "infra", label: "infra failures", num: true, cell: (r) => (r.infra ? `${r.infra} (${Object.entries(r.failures).map(([k, n]) => `${k} ${n}`).join(", ")})` : "0") },
+  { key: "resolve_rate", label: "resolve rate", num: true, cell: (r) => pct(r.resolve_rate) },
+  { key: "calls", label: "calls", num: true },
+  { key: "started_at", label: "started", cell: (r) => when(r.started_at) },
+  { key: "last_at", label: "last episode", cell: (r) => when(r.last_at) },
+];
+
+function inFlight(items) {
+  if (!items.length) return null;
+  return el("section", { "aria-labelledby": "flight" },
+    el("h2", { id: "flight" }, `In flight (${items.length})`),
+    el("p", { class: "muted" }, "Episodes whose calls are being recorded; each joins its run when it ends."),
+    el("ul", {}, items.slice(0, 50).map((i) => el("li", {},
+      link("/episode", { key: i.episode }, i.episode), ` · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
+}
+
+watch(async () => {
+  const data = await api("/api/runs");
+  setStatus(data.runs.length ? `${data.runs.length} run(s)` : "No runs recorded yet in this store.");
+  replace("content", inFlight(data.in_flight),
+    data.runs.length ? sortableTable(columns, data.runs, "Runs, newest first; click a heading to sort") : null);
+});
