@@ -1,0 +1,120 @@
+"""Prometheus metrics of `pomona serve`, on `GET /metrics` (admin keys only when keys are set).
+
+    pomona_sandboxes{state, runtime}                     sandboxes in the store, at scrape time
+    pomona_service_operation_seconds{operation, status}  create, exec, exec_stream, delete, fork,
+                                                         snapshot and apply_patch, as the client
+                                                         sees them (exec without wait: the submit)
+    pomona_service_admission_rejections_total{operation} requests turned away with 503 because
+                                                         every slot and queue place was taken
+
+Each app has its own registry, so several services in one process (tests, replicas) never mix
+their counts. The sandbox gauge is read from the store when scraped, so it is the same on every
+replica that shares one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import Counter as CounterMetric
+
+from pomona.orchestrator.api_models import Overloaded, PermissionDenied
+from pomona.orchestrator.errors import PomonaError
+
+OPERATIONS = {
+    ("POST", "/sandboxes"): "create",
+    ("DELETE", "/sandboxes/{sandbox_id}"): "delete",
+    ("POST", "/sandboxes/{sandbox_id}/exec"): "exec",
+    ("POST", "/sandboxes/{sandbox_id}/exec/stream"): "exec_stream",
+    ("POST", "/sandboxes/{sandbox_id}/snapshot"): "snapshot",
+    ("POST", "/snapshots/{snapshot_id}/fork"): "fork",
+    ("POST", "/sandboxes/{sandbox_id}/apply_patch"): "apply_patch",
+}
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+
+
+def operation_of(scope: dict[str, Any]) -> str | None:
+    route = scope.get("route")
+    return OPERATIONS.get((scope.get("method", ""), getattr(route, "path", "")))
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.sandboxes = Gauge("pomona_sandboxes", "Sandboxes in the store, by state and runtime",
+                               ["state", "runtime"], registry=self.registry)  # fmt: skip
+        self.seconds = Histogram(
+            "pomona_service_operation_seconds", "Time to answer a sandbox operation",
+            ["operation", "status"], buckets=BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.rejections = CounterMetric(
+            "pomona_service_admission_rejections", "Requests refused by admission control (503)",
+            ["operation"], registry=self.registry,
+        )  # fmt: skip
+
+
+class _Timer:
+    """ASGI middleware: the time of each request of a named operation, by status class."""
+
+    def __init__(self, app: Any, metrics: ServiceMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            operation = operation_of(scope)
+            if operation is not None:
+                self.metrics.seconds.labels(operation, f"{status // 100}xx").observe(
+                    time.perf_counter() - start
+                )
+
+
+def instrument(app: FastAPI, coordinator: Any) -> ServiceMetrics:
+    """Add `/metrics`, the operation timer and the admission-rejection count to the service."""
+    metrics = ServiceMetrics()
+
+    async def overloaded(request: Request, error: Overloaded) -> Response:
+        metrics.rejections.labels(operation_of(request.scope) or "other").inc()
+        return await app.exception_handlers[PomonaError](request, error)
+
+    app.add_exception_handler(Overloaded, overloaded)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def scrape(request: Request) -> Response:
+        header = request.headers.get("authorization", "")
+        key = request.headers.get("x-api-key") or (
+            header[7:] if header[:7].lower() == "bearer " else None
+        )
+        if not request.app.state.keys.check(key).admin:
+            raise PermissionDenied("metrics cover every tenant: scrape with an admin key")
+        counts = Counter(
+            (r.status, r.runtime or "?") for r in await coordinator.store.list_sandboxes()
+        )
+        metrics.sandboxes.clear()
+        for (state, runtime), n in counts.items():
+            metrics.sandboxes.labels(state, runtime).set(n)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(_Timer, metrics=metrics)
+    return metrics
