@@ -52,6 +52,13 @@ class PathOutsideSandbox(InvalidRequest):
     """A path (or a symlink on the way to it) tried to leave the sandbox's root."""
 
 
+class SourceNotAllowed(PomonaError):
+    """A host path or image source the operator did not allow this caller (a 403 that never says
+    whether the path or host exists)."""
+
+    status_code = 403
+
+
 class TooLarge(PomonaError):
     status_code = 413
 

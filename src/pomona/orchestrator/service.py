@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from pomona.orchestrator.errors import (
     InvalidRequest,
@@ -24,6 +26,7 @@ from pomona.orchestrator.types import (
     ExecRequest,
     ExecResult,
     FileInfo,
+    Limits,
     PatchResult,
     SandboxInfo,
     SandboxSpec,
@@ -43,6 +46,20 @@ PATCH_STRATEGIES = (
 
 def new_id(prefix: str = "sb") -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
+
+
+def check_capacity(limits: Limits) -> None:
+    """A limit beyond what the machine has is a mistake (or a probe), not a request to honour."""
+    cpus = os.cpu_count() or 1
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 4194304
+    for name, value, have, unit in (("cpu", limits.cpu, cpus, "cores"), ("memory", limits.memory, memory, "bytes"),
+                                    ("pids", limits.pids, pid_max, "processes")):
+        if value is not None and value > have:
+            raise InvalidRequest(f"limits.{name}={value:g} is more than this machine has ({have} {unit})")
 
 
 class SandboxService:
@@ -74,6 +91,7 @@ class SandboxService:
                      snapshot: SnapshotInfo | None = None) -> SandboxInfo:
         """Create, or return the existing sandbox when the same id comes with the same spec."""
         sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
+        check_capacity(spec.limits)
         if pending := self._creating.get(sandbox_id):
             info = await asyncio.shield(pending)
             return self._same(info, spec)

@@ -5,11 +5,12 @@ These are pydantic models so the service's OpenAPI document is generated from th
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from pomona.orchestrator.errors import InvalidRequest
 
@@ -65,7 +66,7 @@ class Limits(BaseModel):
     cpu: float | None = Field(None, ge=0.01, le=4096, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
     memory: int | None = Field(None, gt=4 * 2**20, le=2**60, description="bytes; '512Mi' is accepted")
     pids: int | None = Field(None, ge=8, le=4194304, description="max processes and threads")
-    disk: int | None = Field(None, gt=2**20, description="bytes of writable layer; '1Gi' is accepted")
+    disk: int | None = Field(None, gt=2**20, le=2**60, description="bytes of writable layer; '1Gi' is accepted")
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
@@ -73,20 +74,39 @@ class Limits(BaseModel):
         return parse_bytes(value)
 
 
+def named_sources() -> dict[str, str]:
+    """Host directories a mount may name instead of giving a path; the side that runs the
+    runtime resolves them, so a service's tenants never send a host path for the payload."""
+    return {"tools": os.environ.get("POMONA_TOOLS_DIR", "/var/cache/pomona/tools")}
+
+
 class Mount(BaseModel):
     """A host path made visible inside the sandbox, e.g. the harness payload at /opt/pomona/tools."""
 
     model_config = ConfigDict(extra="forbid")
-    source: str = Field(description="absolute host path")
+    source: str = Field(description='absolute host path (operators only), or a named source: "tools" '
+                                    "(the harness payload)")
     target: str = Field(description="absolute path inside the sandbox")
     read_only: bool = True
 
     @field_validator("source", "target")
     @classmethod
-    def _absolute(cls, value: str) -> str:
+    def _absolute(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "source" and value in named_sources():
+            return value
         if not value.startswith("/") or ".." in value.split("/") or "\x00" in value:
-            raise ValueError(f"{value!r} must be an absolute path without '..'")
+            raise ValueError(f"{value!r} must be an absolute path without '..'"
+                             + (f" or one of the named sources {sorted(named_sources())}"
+                                if info.field_name == "source" else ""))
         return value
+
+    @property
+    def named(self) -> bool:
+        return not self.source.startswith("/")
+
+    def host_path(self) -> str:
+        """Where the source is on the host: the path itself, or what its name stands for."""
+        return named_sources()[self.source] if self.named else self.source
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
@@ -130,6 +150,8 @@ class SandboxSpec(BaseModel):
         if self.network == NetworkMode.gateway:
             if not self.gateway or not re.fullmatch(r"[A-Za-z0-9_.-]+:[0-9]{1,5}", self.gateway):
                 raise InvalidRequest("network='gateway' needs gateway='host:port' (the one reachable endpoint)")
+            if not 0 < self.gateway_address[1] < 65536:
+                raise InvalidRequest(f"gateway port {self.gateway_address[1]} is out of range (1-65535)")
         elif self.gateway:
             raise InvalidRequest(f"gateway= is only meaningful with network='gateway', not {self.network!r}")
 

@@ -31,6 +31,7 @@ from typing import IO
 import httpx
 
 from pomona.orchestrator.errors import ImageNotFound, InvalidRequest
+from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
 
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
@@ -53,13 +54,16 @@ def _env(config: dict) -> dict[str, str]:
 
 
 class ImageStore:
-    def __init__(self, root: str | os.PathLike, docker_url: str | None = None):
+    def __init__(self, root: str | os.PathLike, docker_url: str | None = None,
+                 sources: ImageSources | None = None):
         self.root = Path(root)
         self.docker_url = docker_url
+        self.sources = sources or ImageSources()
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def resolve(self, ref: str) -> Image:
         """The image's layers, unpacking and fetching it on first use."""
+        self.sources.check(ref)
         index = self.root / "refs" / (hashlib.sha256(ref.encode()).hexdigest() + ".json")
         if index.exists():
             return Image(**json.loads(index.read_text()))
@@ -74,12 +78,13 @@ class ImageStore:
             return image
 
     def _fetch(self, ref: str) -> Image:
-        archive = re.sub(r"^(docker|oci)-archive:", "", ref)
-        if archive != ref or ref.endswith(".tar"):
-            if not os.path.exists(archive):
-                raise ImageNotFound(f"image archive {archive} does not exist")
-            with tarfile.open(archive) as tar:
-                return self._from_archive(ref, tar)
+        if archive_path(ref) is not None:
+            with os.fdopen(self.sources.open_archive(ref), "rb") as f:
+                try:
+                    with tarfile.open(fileobj=f) as tar:
+                        return self._from_archive(ref, tar)
+                except (tarfile.TarError, KeyError, ValueError, json.JSONDecodeError) as e:
+                    raise InvalidRequest(f"{ref}: not a readable image archive ({e})") from None
         errors = []
         try:
             return self._from_engine(ref)
@@ -140,9 +145,10 @@ class ImageStore:
                 return self._from_archive(ref, tar)
 
     def _from_registry(self, ref: str) -> Image:
-        host, _, rest = ref.partition("/")
-        if not rest or not ("." in host or ":" in host or host == "localhost"):
+        host = registry_host(ref)
+        if host is None:
             raise ImageNotFound(f"{ref!r} names no registry host (write e.g. localhost:5000/name:tag)")
+        rest = ref.partition("/")[2]
         name, _, tag = rest.partition("@") if "@" in rest else rest.rpartition(":") if ":" in rest.split("/")[-1] else (rest, "", "latest")
         loopback = host.split(":")[0] in ("localhost", "127.0.0.1", "[::1]")
         schemes = ["https", "http"] if loopback else ["https"]

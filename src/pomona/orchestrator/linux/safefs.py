@@ -17,11 +17,21 @@ import stat
 import tarfile
 from collections.abc import Iterator
 
-from pomona.orchestrator.errors import FileNotFoundInSandbox, InvalidRequest, PathOutsideSandbox
+from pomona.orchestrator.errors import (
+    FileNotFoundInSandbox,
+    InvalidRequest,
+    PathOutsideSandbox,
+    TooLarge,
+)
 from pomona.orchestrator.linux.syscalls import open_in_root
 from pomona.orchestrator.types import FileInfo
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Opening a FIFO without O_NONBLOCK waits for a writer forever; a tty could become ours
+NONBLOCK = os.O_NONBLOCK | os.O_NOCTTY
+MAX_READ = 512 * 2**20  # one file read through the API; bigger files go by download_dir or exec
+MAX_ARCHIVE_DEPTH = 2048  # directory levels a download walks (one open fd per level)
+REMOVE_RETRIES = 100  # a directory refilled while we delete it: give up after this many rounds
 
 
 def normalize(path: str, cwd: str = "/") -> str:
@@ -50,6 +60,8 @@ def _translate(error: OSError, path: str) -> Exception:
         return InvalidRequest(f"{path} is a directory")
     if error.errno == errno.ENOTDIR:
         return InvalidRequest(f"a component of {path} is not a directory")
+    if error.errno in (errno.ENXIO, errno.ENODEV):  # a FIFO with no reader, a device
+        return InvalidRequest(f"{path} is not a regular file (a FIFO, socket or device)")
     if error.errno in (errno.ELOOP, errno.EXDEV):
         return PathOutsideSandbox(f"{path}: resolves through a link that leaves the sandbox")
     if error.errno == errno.ENOSPC or error.errno == errno.EDQUOT:
@@ -60,8 +72,8 @@ def _translate(error: OSError, path: str) -> Exception:
 class SandboxFS:
     """The files API over one root directory (an overlay mount on the host)."""
 
-    def __init__(self, root: str, uid: int = 0, gid: int = 0):
-        self.root, self.uid, self.gid = root, uid, gid
+    def __init__(self, root: str, uid: int = 0, gid: int = 0, max_read: int = MAX_READ):
+        self.root, self.uid, self.gid, self.max_read = root, uid, gid, max_read
 
     @contextlib.contextmanager
     def _root(self) -> Iterator[int]:
@@ -72,11 +84,17 @@ class SandboxFS:
             os.close(fd)
 
     def read(self, path: str) -> bytes:
-        with self._root() as root, _opened(root, path, os.O_RDONLY) as fd:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise InvalidRequest(f"{path} is not a regular file")
+        with self._root() as root, _opened(root, path, os.O_RDONLY | NONBLOCK) as fd:
+            st = _regular(fd, path)
+            if st.st_size > self.max_read:
+                raise TooLarge(f"{path} is {st.st_size} bytes, over the {self.max_read} byte limit "
+                               "of one read; download it as an archive or read it in parts with exec")
+            os.set_blocking(fd, True)
             with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read()
+                data = f.read(self.max_read + 1)
+            if len(data) > self.max_read:
+                raise TooLarge(f"{path} grew past the {self.max_read} byte limit while being read")
+            return data
 
     def write(self, path: str, data: bytes, mode: int = 0o644) -> None:
         parent, name = posixpath.split(path)
@@ -84,7 +102,11 @@ class SandboxFS:
             raise InvalidRequest(f"{path!r} names a directory, not a file")
         with self._root() as root:
             self._makedirs(root, parent)
-            with _opened(root, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode) as fd:
+            # no O_TRUNC before the type is known: truncating is only for regular files
+            with _opened(root, path, os.O_WRONLY | os.O_CREAT | NONBLOCK, mode) as fd:
+                _regular(fd, path)
+                os.set_blocking(fd, True)
+                os.ftruncate(fd, 0)
                 os.fchown(fd, self.uid, self.gid)
                 os.fchmod(fd, mode)
                 view = memoryview(data)
@@ -139,7 +161,7 @@ class SandboxFS:
                         os.rmdir(name, dir_fd=pfd)
                     else:
                         with _opened(root, parent or "/", os.O_RDONLY | os.O_DIRECTORY) as rfd:
-                            shutil.rmtree(name, dir_fd=rfd)
+                            remove_tree(rfd, name)
                 else:
                     os.unlink(name, dir_fd=pfd)
             except OSError as e:
@@ -157,8 +179,8 @@ class SandboxFS:
                 with _opened(root, path, DIR_FLAGS & ~os.O_NOFOLLOW) as fd:
                     _add_tree(tar, fd, ".")
             else:
-                with _opened(root, path, os.O_RDONLY) as fd:
-                    _add_file(tar, fd, posixpath.basename(path), os.fstat(fd))
+                with _opened(root, path, os.O_RDONLY | NONBLOCK) as fd:
+                    _add_file(tar, fd, posixpath.basename(path), _regular(fd, path))
         return buf.getvalue()
 
     def tar_in(self, path: str, data: bytes) -> None:
@@ -189,7 +211,11 @@ class SandboxFS:
                 os.symlink(member.linkname, name, dir_fd=dir_fd)
                 os.chown(name, self.uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
             elif member.isfile() or member.islnk():
-                source = tar.extractfile(member)
+                try:
+                    source = tar.extractfile(member)
+                except KeyError:  # a hard link to a name the archive does not hold
+                    raise InvalidRequest(f"archive member {member.name!r} is a hard link to "
+                                         f"{member.linkname!r}, which is not in the archive") from None
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                              member.mode & 0o7777, dir_fd=dir_fd)
                 try:
@@ -242,31 +268,129 @@ def _add_file(tar: tarfile.TarFile, fd: int, name: str, st: os.stat_result) -> N
         tar.addfile(info, f)
 
 
-def _add_tree(tar: tarfile.TarFile, dir_fd: int, prefix: str) -> None:
-    """Walk by directory fds with O_NOFOLLOW: a symlink is archived as a link, never followed."""
-    info = _tarinfo(prefix, os.fstat(dir_fd))
+def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str) -> None:
+    """Walk by directory fds with O_NOFOLLOW, with an explicit stack (no recursion, so depth
+    cannot exhaust Python's stack): a symlink is archived as a link, never followed."""
+    info = _tarinfo(top, os.fstat(top_fd))
     info.type = tarfile.DIRTYPE
     tar.addfile(info)
-    for entry in sorted(os.scandir(dir_fd), key=lambda e: e.name):
-        name = f"{prefix}/{entry.name}"
-        try:
-            st = os.stat(entry.name, dir_fd=dir_fd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                info = _tarinfo(name, st)
-                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry.name, dir_fd=dir_fd)
-                tar.addfile(info)
-            elif stat.S_ISDIR(st.st_mode):
-                child = os.open(entry.name, DIR_FLAGS, dir_fd=dir_fd)
+    stack = [(os.dup(top_fd), top, sorted(os.listdir(top_fd), reverse=True))]
+    try:
+        while stack:
+            dir_fd, prefix, names = stack[-1]
+            if not names:
+                os.close(stack.pop()[0])
+                continue
+            entry = names.pop()
+            name = f"{prefix}/{entry}"
+            try:
+                st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    info = _tarinfo(name, st)
+                    info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry, dir_fd=dir_fd)
+                    tar.addfile(info)
+                elif stat.S_ISDIR(st.st_mode):
+                    if len(stack) >= MAX_ARCHIVE_DEPTH:
+                        raise InvalidRequest(f"{name} is more than {MAX_ARCHIVE_DEPTH} directories "
+                                             "deep; archive a deeper part of the tree on its own")
+                    child = os.open(entry, DIR_FLAGS, dir_fd=dir_fd)
+                    info = _tarinfo(name, os.fstat(child))
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                    stack.append((child, name, sorted(os.listdir(child), reverse=True)))
+                elif stat.S_ISREG(st.st_mode):
+                    fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | NONBLOCK, dir_fd=dir_fd)
+                    try:
+                        _add_file(tar, fd, name, os.fstat(fd))
+                    finally:
+                        os.close(fd)
+            except OSError as e:  # gone, or swapped for a link, while we walked: skip it
+                if e.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                    raise
+    finally:
+        for dir_fd, _, _ in stack:
+            os.close(dir_fd)
+
+
+def _regular(fd: int, path: str) -> os.stat_result:
+    """Only regular files are read or written: a FIFO, socket or device is refused, not waited on."""
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise InvalidRequest(f"{path} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidRequest(f"{path} is not a regular file (a FIFO, socket or device); "
+                             "the files API serves regular files, directories and symlinks only")
+    return st
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Delete the directory `name` under parent_fd and everything in it, without recursion (a
+    tree of any depth) and without following symlinks or entering other filesystems. Only one
+    directory is open at a time; the way back up goes through `..`, checked against the
+    identity recorded on the way down, so a directory moved mid-walk stops it instead of
+    sending it above the tree."""
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    top = os.fstat(fd)
+    # one level per directory on the current path: its name, (dev, ino), subdirectories left
+    levels: list[tuple[str, tuple[int, int], list[str]]] = [(name, (top.st_dev, top.st_ino), [])]
+    rounds = 0
+    try:
+        levels[-1][2].extend(_unlink_files(fd))
+        while True:
+            pending = levels[-1][2]
+            if pending:
+                child = pending.pop()
                 try:
-                    _add_tree(tar, child, name)
-                finally:
-                    os.close(child)
-            elif stat.S_ISREG(st.st_mode):
-                fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-                try:
-                    _add_file(tar, fd, name, os.fstat(fd))
-                finally:
-                    os.close(fd)
-        except (FileNotFoundError, OSError) as e:
-            if e.errno not in (errno.ENOENT, errno.ELOOP):
-                raise
+                    sub = os.open(child, DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as e:  # swapped for a link or a file meanwhile: remove that
+                    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                        os.unlink(child, dir_fd=fd)
+                    continue
+                st = os.fstat(sub)
+                if st.st_dev != top.st_dev:
+                    os.close(sub)
+                    raise InvalidRequest(f"{child!r} is a mount point; not removing across it")
+                os.close(fd)
+                fd = sub
+                levels.append((child, (st.st_dev, st.st_ino), _unlink_files(fd)))
+                continue
+            if len(levels) == 1:
+                break
+            done = levels.pop()[0]
+            up = os.open("..", DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != levels[-1][1]:
+                raise PathOutsideSandbox(f"a directory under {name!r} was moved while it was being removed")
+            try:
+                os.rmdir(done, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY:
+                    raise
+                rounds += 1
+                if rounds > REMOVE_RETRIES:
+                    raise InvalidRequest(f"{name!r} keeps being refilled while it is removed") from None
+                levels[-1][2].append(done)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _unlink_files(dir_fd: int) -> list[str]:
+    """Unlink everything in the directory that is not a directory; return the subdirectories."""
+    subdirs = []
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.name)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=dir_fd)
+    return subdirs

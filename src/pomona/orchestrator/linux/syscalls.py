@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import select
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -16,6 +17,7 @@ SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 MNT_DETACH = 2
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
 
 
 def _check(result: int, what: str) -> int:
@@ -34,6 +36,20 @@ def mount_overlay(target: str, lowers: list[str], upper: str, work: str) -> None
     """mount(2) directly: a `mount` process per sandbox costs more than the mount itself."""
     options = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}".encode()
     _check(_libc.mount(b"overlay", os.fsencode(target), b"overlay", 0, options), f"mount overlay on {target}")
+
+
+def bind_readonly(source: str, target: str) -> None:
+    """A read-only bind mount made in the caller's (the host's) mount namespace. A sandbox's
+    user namespace, created later, receives it with the read-only flag locked by the kernel:
+    root inside cannot remount it read-write."""
+    _check(_libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None),
+           f"bind {source} on {target}")
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+    try:
+        _check(_libc.mount(None, os.fsencode(target), None, flags, None), f"remount {target} read-only")
+    except OSError:
+        unmount(target)
+        raise
 
 
 def unmount(target: str) -> None:
@@ -74,3 +90,10 @@ def start_time(pid: int) -> int:
 def alive(pid: int, start: int) -> bool:
     """Whether that very process still runs (a recycled pid has another start time)."""
     return pid > 0 and start_time(pid) == start
+
+
+def exited(pidfd: int) -> bool:
+    """Whether the process behind a pidfd has exited (a pidfd polls readable from then on)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))

@@ -66,6 +66,7 @@ from pomona.orchestrator.linux.safefs import normalize
 from pomona.orchestrator.linux.syscalls import alive, start_time
 from pomona.orchestrator.runtime import collect
 from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.sources import ImageSources, registry_host
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,
@@ -298,7 +299,7 @@ class DockerPty(_EngineExec):
 
 class DockerRuntime:
     def __init__(self, state_dir: str | None = None, engine: str = "docker", base_url: str | None = None,
-                 owner: str | None = None):
+                 owner: str | None = None, sources: ImageSources | None = None):
         if engine not in DEFAULT_SOCKETS:
             raise InvalidRequest(f"engine must be docker or podman, not {engine!r}")
         try:
@@ -307,6 +308,7 @@ class DockerRuntime:
             raise RuntimeUnavailable("the docker runtime needs the `docker` package: pip install docker") from e
         self.name = engine
         self.engine = engine
+        self.sources = sources or ImageSources()
         self.state_dir = os.path.abspath(state_dir or "/var/lib/pomona")
         self.owner = owner or hashlib.sha256(f"pomona:{self.state_dir}".encode()).hexdigest()[:16]
         self.base_url = base_url or (os.environ.get("DOCKER_HOST") if engine == "docker" else None) \
@@ -404,8 +406,11 @@ class DockerRuntime:
             init=True, detach=True, hostname=sandbox_id[:63], environment=dict(spec.env),
             user="0:0", security_opt=["no-new-privileges"],
             network_mode="bridge" if spec.network == NetworkMode.full else "none")
+        for m in spec.mounts:  # the engine would create a missing source, as root, on the host
+            if not os.path.exists(m.host_path()):
+                raise InvalidRequest(f"mount source {m.source} does not exist on the host")
         if spec.mounts:
-            options["volumes"] = {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+            options["volumes"] = {m.host_path(): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
                                   for m in spec.mounts}
         limits = spec.limits
         if limits.cpu:
@@ -473,6 +478,7 @@ class DockerRuntime:
         if ref == "host":
             raise InvalidRequest(f"the {self.engine} runtime cannot use image='host' (the host's root "
                                  "filesystem); give an OCI image, or use the local runtime")
+        self.sources.check(ref)
         try:
             await self._call(self.client.images.get, ref)
             return ref
@@ -480,6 +486,10 @@ class DockerRuntime:
             pass
         except self.errors.APIError as e:
             raise ImageNotFound(f"image {ref!r}: {self._explain(e)}") from None
+        registry = registry_host(ref) or "docker.io"  # where the engine would pull a bare name from
+        if not self.sources.registry_allowed(registry):
+            raise ImageNotFound(f"image {ref!r} is not in the {self.engine} engine's store, and pulls "
+                                f"from {registry} are not allowed here")
         try:
             await self._call(self.client.images.pull, ref)
         except self.errors.APIError as e:

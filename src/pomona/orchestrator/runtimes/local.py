@@ -26,24 +26,30 @@ from pathlib import Path
 
 from pomona.orchestrator.errors import (
     InvalidRequest,
+    PomonaError,
     RuntimeUnavailable,
     SandboxConflict,
     SandboxFailed,
     SandboxNotFound,
     SnapshotNotFound,
 )
+from pomona.orchestrator.linux import seccomp
 from pomona.orchestrator.linux.cgroups import Cgroup, preexec_joiner, remove_group
 from pomona.orchestrator.linux.images import Image, ImageStore
 from pomona.orchestrator.linux.netns import Gateway, open_connection_in
-from pomona.orchestrator.linux.safefs import SandboxFS, normalize
+from pomona.orchestrator.linux.safefs import SandboxFS, normalize, remove_tree
+from pomona.orchestrator.linux.statedirs import hidden_places, register
 from pomona.orchestrator.linux.syscalls import (
     alive,
+    bind_readonly,
+    exited,
     mount_overlay,
     open_in_root,
     start_time,
     unmount,
 )
 from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.sources import ImageSources
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,
@@ -59,12 +65,17 @@ from pomona.orchestrator.types import (
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INIT_BINARY = "/bin/busybox"  # static (Debian's busybox-static): runs in any image as the idle pid 2
-INIT_PATH = "/dev/.pomona/busybox"
-GATE = 'read -r _ <&{fd} && exec {fd}<&- "$0" "$@"'  # exits, running nothing, if the orchestrator died  # where it appears inside (bwrap's private /dev, not the image)
+INIT_PATH = "/dev/.pomona/busybox"  # where it appears inside (bwrap's private /dev, not the image)
+GATE = 'read -r _ <&{fd} && exec {fd}<&- "$0" "$@"'  # exits, running nothing, if the orchestrator died
+# The first thing an exec runs inside: close the namespace fds nsenter entered through, go to
+# the command's directory, run it. $0 is the directory, $1 the fds to close.
+INNER = 'for f in $1; do eval "exec $f<&-"; done; cd -- "$0" && shift && exec "$@"'
+NAMESPACES = (("U", "user"), ("m", "mnt"), ("u", "uts"), ("i", "ipc"), ("n", "net"), ("p", "pid"))
 # What the "host" image hides: private and mutable places of the host. Opaque directories in a
 # shared mask layer; whiteouts for single files.
 HOST_MASK_DIRS = ("root", "home", "tmp", "var/tmp", "run", "mnt", "media", "srv", "var/lib/docker",
-                  "var/lib/containers", "var/log", "var/mail", "var/spool", "work", "opt/pomona")
+                  "var/lib/containers", "var/log", "var/mail", "var/spool", "work", "opt/pomona",
+                  "var/cache/pomona", "var/lib/pomona")
 HOST_MASK_FILES = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-", "etc/sudoers")
 
 
@@ -83,6 +94,7 @@ class _Record:
     init_pid: int = 0
     init_start: int = 0
     idle_pid: int = 0  # pid 2, the idle process: execs enter through it (its cwd is the workdir)
+    idle_start: int = 0
     shell: str = "/bin/sh"
     disk_image: str | None = None
     snapshot: str | None = None
@@ -104,8 +116,29 @@ class _Live:
     gateway: Gateway | None = None
     building: asyncio.Future | None = None  # while create runs: a delete waits for it
     deleted: bool = False
+    pidfd: int | None = None  # the idle process, held for the sandbox's life: never a bare pid
 
+    def dead(self) -> str | None:
+        """Why the sandbox cannot run commands any more, or None while it can."""
+        if self.record.status != "ready":
+            return None
+        if self.pidfd is None or exited(self.pidfd):
+            return "its init process died"
+        return None
 
+    def release(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+def remove_directory(directory: Path) -> None:
+    """Delete a sandbox's directory however deep its tree (never across a mount still there)."""
+    with contextlib.suppress(OSError, PomonaError):
+        parent = os.open(directory.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            remove_tree(parent, directory.name)
+        finally:
+            os.close(parent)
 
 
 def _run(*argv: str) -> None:
@@ -118,11 +151,13 @@ class LocalRuntime:
     name = "local"
 
     def __init__(self, state_dir: str | os.PathLike = "/var/lib/pomona", images: ImageStore | None = None,
-                 cgroup_group: str = "pomona", store_size: int = 256 * 2**30):
+                 cgroup_group: str = "pomona", store_size: int = 256 * 2**30,
+                 sources: ImageSources | None = None):
         self.root = Path(state_dir).absolute()
         self.state = self.root / "store"
+        self.gate = self.state / "gate" / "busybox"  # the exec gate, read-only with a locked flag
         self.store_size = store_size
-        self.images = images or ImageStore(self.state / "images")
+        self.images = images or ImageStore(self.state / "images", sources=sources)
         self.cgroup_group = f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
         self.sandboxes: dict[str, _Live] = {}
         self.me = (os.getpid(), start_time(os.getpid()))
@@ -141,8 +176,9 @@ class LocalRuntime:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._mount_store)
-        for sub in ("sandboxes", "snapshots", "masks"):
+        for sub in ("sandboxes", "snapshots", "masks", "gate"):
             (self.state / sub).mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self._mount_gate)
         await asyncio.to_thread(self._host_mask)
         for path in sorted((self.state / "sandboxes").glob("*/record.json")):
             try:
@@ -153,7 +189,7 @@ class LocalRuntime:
             live = self._live(record, path.parent)
             if record.status == "creating" and alive(record.owner_pid, record.owner_start):
                 continue  # another process (or client in this one) is creating it: never delete that
-            if record.status == "ready" and alive(record.init_pid, record.init_start):
+            if record.status == "ready" and self._hold(live):
                 self.sandboxes[record.id] = live
                 try:
                     await self._start_gateway(live)
@@ -169,18 +205,37 @@ class LocalRuntime:
         """Layers live on their own XFS filesystem (a sparse loop file): overlayfs refuses an upper
         layer on the same filesystem as the host-root lower layer, and XFS reflinks make a
         snapshot's copy of the upper layer a metadata-only operation."""
-        self.state.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)  # other sandboxes' data: readable by nobody but the host's root
+        register(self.root)
+        self.state.mkdir(exist_ok=True)
         if os.path.ismount(self.state):
             return
         image = self.root / "store.xfs"
         if not image.exists():
-            with open(image, "wb") as f:
-                f.truncate(self.store_size)
+            fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.ftruncate(fd, self.store_size)
+            finally:
+                os.close(fd)
             _run("mkfs.xfs", "-q", "-m", "reflink=1", str(image))
+        image.chmod(0o600)
         _run("mount", "-o", "loop", str(image), str(self.state))
+        self.state.chmod(0o700)
+
+    def _mount_gate(self) -> None:
+        """The static busybox every exec enters through, bound read-only from the host's mount
+        namespace so that root in a sandbox cannot remount it writable (it is the host's file)."""
+        if os.path.ismount(self.gate):
+            return
+        self.gate.touch(exist_ok=True)
+        bind_readonly(INIT_BINARY, str(self.gate))
 
     def unmount_store(self) -> None:
-        """Remove the state's own mount (after every sandbox is gone), e.g. at the end of tests."""
+        """Remove the state's own mounts (after every sandbox is gone), e.g. at the end of tests;
+        the loop device goes with the last unmount."""
+        if os.path.ismount(self.gate):
+            unmount(str(self.gate))
         if os.path.ismount(self.state):
             unmount(str(self.state))
         remove_group(self.cgroup_group)
@@ -190,6 +245,7 @@ class LocalRuntime:
             if live.gateway:
                 await live.gateway.close()
                 live.gateway = None
+            live.release()
 
     def _live(self, record: _Record, directory: Path) -> _Live:
         uid = 0 if record.spec.get("user") == "root" else SANDBOX_UID
@@ -197,15 +253,14 @@ class LocalRuntime:
                      SandboxFS(str(directory / "rootfs"), uid, uid))
 
     def _host_mask(self) -> Path:
-        mask = self.state / "masks" / "host"
+        """The layer that hides the host's private places, every registered state directory
+        included; one per distinct set of hidden places, so a state dir made later is hidden too."""
+        hidden = hidden_places(HOST_MASK_DIRS, self.root)
+        mask = self.state / "masks" / ("host-" + hashlib.sha256("\n".join(hidden).encode()).hexdigest()[:16])
         if (mask / ".complete").exists():
             return mask
         shutil.rmtree(mask, ignore_errors=True)
         mask.mkdir(parents=True)
-        hidden = list(HOST_MASK_DIRS)
-        state = str(self.root.relative_to("/"))
-        if not any(state == d or state.startswith(d + "/") for d in hidden):
-            hidden.append(state)
         for rel in hidden:
             d = mask / rel
             d.mkdir(parents=True, exist_ok=True)
@@ -223,6 +278,10 @@ class LocalRuntime:
                      snapshot: SnapshotInfo | None = None) -> SandboxInfo:
         if sandbox_id in self.sandboxes:
             raise SandboxConflict(f"sandbox {sandbox_id!r} already exists")
+        store = os.statvfs(self.state)
+        if spec.limits.disk and spec.limits.disk > store.f_blocks * store.f_frsize:
+            raise InvalidRequest(f"limits.disk={spec.limits.disk} is more than the state store holds "
+                                 f"({store.f_blocks * store.f_frsize} bytes)")
         if snapshot:
             lowers, env = self._snapshot_lowers(snapshot.id)
         else:
@@ -314,8 +373,30 @@ class LocalRuntime:
         finally:
             os.close(root)
         record.shell = "/bin/bash" if self._exists(live, "/bin/bash") else "/bin/sh"
+        binds = self._bind_mounts(live, spec)
         live.cgroup.create(spec.limits)
-        self._spawn_init(live, spec)
+        self._spawn_init(live, spec, binds)
+
+    def _bind_mounts(self, live: _Live, spec: SandboxSpec) -> list[str]:
+        """bubblewrap arguments for the spec's mounts. A read-only one is first bound read-only
+        here, in the host's mount namespace, so the sandbox's namespace gets it locked."""
+        args: list[str] = []
+        for i, m in enumerate(spec.mounts):
+            source = m.host_path()
+            if not os.path.exists(source):
+                raise InvalidRequest(f"mount source {m.source} does not exist on the host")
+            if not m.read_only:
+                args += ["--bind", source, m.target]
+                continue
+            staged = live.dir / "mounts" / str(i)
+            staged.parent.mkdir(exist_ok=True)
+            if os.path.isdir(source):
+                staged.mkdir()
+            else:
+                staged.touch()
+            bind_readonly(source, str(staged))
+            args += ["--ro-bind", str(staged), m.target]
+        return args
 
     def _exists(self, live: _Live, path: str) -> bool:
         root = os.open(live.dir / "rootfs", os.O_PATH | os.O_DIRECTORY)
@@ -327,34 +408,33 @@ class LocalRuntime:
         finally:
             os.close(root)
 
-    def _spawn_init(self, live: _Live, spec: SandboxSpec) -> None:
+    def _spawn_init(self, live: _Live, spec: SandboxSpec, binds: list[str]) -> None:
         """Start bubblewrap and finish its user namespace from outside. Three pipes: bwrap reports
         its pid 1 (info), waits while we write the uid maps and join the cgroup (ready), and the
         idle process says it runs (idle) — no polling anywhere."""
         info_r, info_w = os.pipe()
         ready_r, ready_w = os.pipe()
         idle_r, idle_w = os.pipe()
+        filter_fd = seccomp.memfd()
         args = ["bwrap", "--unshare-user", "--userns-block-fd", str(ready_r), "--info-fd", str(info_w),
                 "--uid", "0", "--gid", "0", "--bind", str(live.dir / "rootfs"), "/",
                 "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", os.path.dirname(INIT_PATH),
-                "--ro-bind", INIT_BINARY, INIT_PATH,
+                "--ro-bind", str(self.gate), INIT_PATH,
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", live.record.id[:63],
-                "--chdir", spec.workdir, "--new-session"]
+                "--chdir", spec.workdir, "--new-session", "--seccomp", str(filter_fd)]
         if spec.network != NetworkMode.full:
             args.append("--unshare-net")
-        for m in spec.mounts:
-            if not os.path.exists(m.source):
-                raise InvalidRequest(f"mount source {m.source} does not exist on the host")
-            args += ["--ro-bind" if m.read_only else "--bind", m.source, m.target]
+        args += binds
         args += ["--", INIT_PATH, "sh", "-c",
                  f'echo >&{idle_w}; exec {idle_w}>&-; exec "$0" sleep 2147483647', INIT_PATH]
         with open(live.dir / "init.log", "wb") as log, os.fdopen(info_r, "rb") as info, \
                 os.fdopen(ready_w, "wb", buffering=0) as ready, os.fdopen(idle_r, "rb") as idle:
             try:
-                live.process = subprocess.Popen(args, pass_fds=(info_w, ready_r, idle_w), stdout=log,
-                                                stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+                live.process = subprocess.Popen(args, pass_fds=(info_w, ready_r, idle_w, filter_fd),
+                                                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
             finally:
-                for fd in (info_w, ready_r, idle_w):
+                for fd in (info_w, ready_r, idle_w, filter_fd):
                     os.close(fd)
             try:
                 raw = b""
@@ -376,6 +456,24 @@ class LocalRuntime:
         if not children:
             raise SandboxFailed(f"the sandbox's idle process did not start: {self._init_log(live)}")
         live.record.idle_pid = int(children[0])
+        live.record.idle_start = start_time(live.record.idle_pid)
+        if not self._hold(live):
+            raise SandboxFailed(f"the sandbox's idle process exited at once: {self._init_log(live)}")
+
+    @staticmethod
+    def _hold(live: _Live) -> bool:
+        """Take a pidfd on the idle process, if that very process (pid and start time) runs."""
+        record = live.record
+        try:
+            pidfd = os.pidfd_open(record.idle_pid)
+        except OSError:
+            return False
+        if not alive(record.idle_pid, record.idle_start) or not alive(record.init_pid, record.init_start):
+            os.close(pidfd)  # the pid was recycled before we held it: not our process
+            return False
+        live.release()
+        live.pidfd = pidfd
+        return True
 
     @staticmethod
     def _init_log(live: _Live) -> str:
@@ -387,8 +485,9 @@ class LocalRuntime:
     async def _start_gateway(self, live: _Live) -> None:
         spec = SandboxSpec.model_validate(live.record.spec)
         if spec.network == NetworkMode.gateway and live.gateway is None:
-            live.gateway = Gateway(f"/proc/{live.record.init_pid}/ns/net", spec.gateway_address)
-            await live.gateway.start()
+            with self._namespaces(live, ("net",)) as fds:
+                live.gateway = Gateway(f"/proc/self/fd/{fds['net']}", spec.gateway_address)
+                await live.gateway.start()
 
     def _save(self, live: _Live) -> None:
         tmp = live.dir / "record.json.tmp"
@@ -424,18 +523,26 @@ class LocalRuntime:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)  # pid 1 of the namespace: everything in it dies
             live.cgroup.destroy()
+            live.release()
         if process:
             with contextlib.suppress(Exception):
                 process.kill()
                 process.wait(5)
-        for mount in (directory / "rootfs", directory / "disk"):
+        staged = sorted(directory.glob("mounts/*"))
+        for mount in (directory / "rootfs", *staged, directory / "disk"):
             if os.path.ismount(mount):
                 with contextlib.suppress(OSError):
                     unmount(str(mount))
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_directory(directory)
 
     async def list(self) -> list[SandboxInfo]:
-        return [live.record.info() for live in self.sandboxes.values()]
+        infos = []
+        for live in self.sandboxes.values():
+            info = live.record.info()
+            if reason := live.dead():
+                info.status, info.message = "failed", f"the sandbox {reason}"
+            infos.append(info)
+        return infos
 
     async def refresh(self, sandbox_id: str) -> bool:
         """Re-read one sandbox from disk: how service replicas sharing this state dir see what
@@ -448,74 +555,111 @@ class LocalRuntime:
             record = _Record(**json.loads((directory / "record.json").read_text()))
         except (OSError, ValueError, TypeError):
             record = None
-        if record is None or record.status != "ready" or not alive(record.init_pid, record.init_start):
+        if record is None or record.status != "ready":
+            if known:
+                known.release()
             self.sandboxes.pop(sandbox_id, None)
             return False
         if known is None or known.record.init_pid != record.init_pid:
-            self.sandboxes[sandbox_id] = self._live(record, directory)  # its gateway stays with its creator
+            live = self._live(record, directory)  # its gateway stays with its creator
+            self._hold(live)  # a dead one stays listed, as failed, until it is deleted
+            if known:
+                known.release()
+            self.sandboxes[sandbox_id] = live
         return True
 
     def _get(self, sandbox_id: str) -> _Live:
         live = self.sandboxes.get(sandbox_id)
         if live is None or live.record.status != "ready":
             raise SandboxNotFound(sandbox_id)
+        if reason := live.dead():
+            raise SandboxConflict(f"sandbox {sandbox_id!r} has failed ({reason}); delete it")
         return live
+
+    @contextlib.contextmanager
+    def _namespaces(self, live: _Live, names: tuple[str, ...]):
+        """Open the idle process's namespace files (and root, cwd), then check through the pidfd
+        that it has not exited: a recycled pid can never lead into another sandbox."""
+        fds: dict[str, int] = {}
+        try:
+            for name in names:
+                source = f"/proc/{live.record.idle_pid}/" + (name if name in ("root", "cwd") else f"ns/{name}")
+                fds[name] = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+            if live.pidfd is None or exited(live.pidfd):
+                raise SandboxConflict(f"sandbox {live.record.id!r} has failed (its init process died); delete it")
+            yield fds
+        except FileNotFoundError:
+            raise SandboxConflict(f"sandbox {live.record.id!r} has failed (its init process died); "
+                                  "delete it") from None
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     # -- exec ---------------------------------------------------------------------------------
 
     def _spawn(self, sandbox_id: str, request: ExecRequest, extra_env: dict[str, str] | None = None,
                terminal: int | None = None) -> subprocess.Popen:
-        """Start a command inside the sandbox: its namespaces, its cgroup, its own process group."""
+        """Start a command inside the sandbox: its namespaces (entered through files opened and
+        checked against the held pidfd), its cgroup, its seccomp filter, its own process group.
+        Everything on the way in is the static busybox: cheap to exec, the same on every host."""
         live = self._get(sandbox_id)
         spec = SandboxSpec.model_validate(live.record.spec)
         user = request.user or spec.user
         cwd = normalize(request.cwd or spec.workdir)
-        # -w: the idle process's cwd, which is the workdir. Everything on the way in is the static
-        # busybox: cheap to exec, and the same on every host.
         # in `full` mode the sandbox shares the host's network namespace: nothing to enter there
-        net = [] if spec.network == NetworkMode.full else ["-n"]
-        argv = [INIT_BINARY, "nsenter", "-t", str(live.record.idle_pid), "-U", "-m", "-u", "-i", *net,
-                "-p", "-r", "-w"]
-        if user != "root":
-            argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
-        argv.append("--")
-        if cwd != normalize(spec.workdir):
-            # nsenter resolves -w on the host, so the static init binary changes directory inside
-            argv += [INIT_PATH, "sh", "-c", 'cd -- "$0" && exec "$@"', cwd]
+        names = tuple(ns for _, ns in NAMESPACES if ns != "net" or spec.network != NetworkMode.full)
         if isinstance(request.command, str):
-            argv += [live.record.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
+            command = [live.record.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
-            argv += request.command
-        argv = [INIT_BINARY, "setpriv", "--nnp", *argv]  # setuid binaries in the image grant nothing
+            command = request.command
         home = "/root" if user == "root" else SANDBOX_HOME
         env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home, "USER": user,
                "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
                **request.env}
-        try:
-            if terminal is not None:
-                join = preexec_joiner(live.cgroup.procs_files)
-                return subprocess.Popen(argv, env=env, start_new_session=True, stdin=terminal,
-                                        stdout=terminal, stderr=terminal,
-                                        preexec_fn=execution.pty_preexec(join))
-            # The gate: a static shell that waits on a pipe while we move it into the cgroup, so the
-            # command cannot fork outside the limits; no preexec_fn, so Python can use vfork.
-            gate_r, gate_w = os.pipe()
+        with self._namespaces(live, (*names, "root", "cwd")) as fds:
+            # setpriv --nnp: setuid binaries in the image grant nothing. -w is the idle process's
+            # cwd (never the gate's host cwd); INNER then goes to the command's own directory.
+            argv = [INIT_BINARY, "setpriv", "--nnp", INIT_BINARY, "nsenter",
+                    *(f"-{flag}/proc/self/fd/{fds[ns]}" for flag, ns in NAMESPACES if ns in fds),
+                    f"-r/proc/self/fd/{fds['root']}", f"-w/proc/self/fd/{fds['cwd']}"]
+            if user != "root":
+                argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
+            argv += ["--", INIT_PATH, "sh", "-c", INNER, cwd, " ".join(map(str, fds.values())), *command]
             try:
-                proc = subprocess.Popen(
-                    [INIT_BINARY, "sh", "-c", GATE.format(fd=gate_r), *argv], env=env, start_new_session=True,
-                    pass_fds=(gate_r,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    stdin=subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL)
+                return self._start(live, argv, env, tuple(fds.values()), request.stdin is not None, terminal)
+            except (subprocess.SubprocessError, OSError) as e:
+                raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
+
+    @staticmethod
+    def _start(live: _Live, argv: list[str], env: dict[str, str], fds: tuple[int, ...], stdin: bool,
+               terminal: int | None) -> subprocess.Popen:
+        install = seccomp.installer()
+        if terminal is not None:
+            joined = execution.pty_preexec(preexec_joiner(live.cgroup.procs_files))
+
+            def preexec() -> None:
+                joined()
+                install()
+
+            return subprocess.Popen(argv, env=env, start_new_session=True, stdin=terminal, stdout=terminal,
+                                    stderr=terminal, pass_fds=fds, preexec_fn=preexec)
+        # The gate: a static shell that waits on a pipe while we move it into the cgroup, so the
+        # command cannot fork outside the limits; the filter is loaded before it runs a thing.
+        gate_r, gate_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [INIT_BINARY, "sh", "-c", GATE.format(fd=gate_r), *argv], env=env, start_new_session=True,
+                pass_fds=(gate_r, *fds), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, preexec_fn=install)
+            os.close(gate_r)
+            gate_r = -1
+            live.cgroup.join(proc.pid)
+            os.write(gate_w, b"\n")
+            return proc
+        finally:
+            os.close(gate_w)
+            if gate_r >= 0:
                 os.close(gate_r)
-                gate_r = -1
-                live.cgroup.join(proc.pid)
-                os.write(gate_w, b"\n")
-                return proc
-            finally:
-                os.close(gate_w)
-                if gate_r >= 0:
-                    os.close(gate_r)
-        except (subprocess.SubprocessError, OSError) as e:
-            raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
         proc = self._spawn(sandbox_id, request)
@@ -617,4 +761,5 @@ class LocalRuntime:
 
     async def open_connection(self, sandbox_id: str, port: int):
         live = self._get(sandbox_id)
-        return await open_connection_in(f"/proc/{live.record.init_pid}/ns/net", port)
+        with self._namespaces(live, ("net",)) as fds:
+            return await open_connection_in(f"/proc/self/fd/{fds['net']}", port)

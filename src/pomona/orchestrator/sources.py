@@ -1,0 +1,91 @@
+"""Where an image may come from: the operator's allow-list, checked before anything is opened
+or connected to.
+
+In-process (the operator's own code) every source is allowed, but an archive is still only ever
+a regular file of bounded size. Behind `pomona serve`, archives are read only from directories
+given at start (`--image-dir`) and registries contacted only when named at start
+(`--registry`); any other reference is refused with the same words whether or not the file or
+host exists, so a tenant can neither probe the host nor make the orchestrator connect anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+
+from pomona.orchestrator.errors import InvalidRequest, SourceNotAllowed
+
+MAX_ARCHIVE_BYTES = 16 * 2**30
+ARCHIVE_PREFIX = re.compile(r"^(docker|oci)-archive:")
+
+
+def archive_path(ref: str) -> str | None:
+    """The file an archive reference names, or None when the reference is not an archive."""
+    path = ARCHIVE_PREFIX.sub("", ref)
+    return path if path != ref or ref.endswith(".tar") else None
+
+
+def registry_host(ref: str) -> str | None:
+    """The registry host[:port] of a reference like `localhost:5000/name:tag`, or None for a
+    bare name (`debian:12`), which only the engine's own image store is asked for."""
+    host, _, rest = ref.partition("/")
+    return host if rest and ("." in host or ":" in host or host == "localhost") else None
+
+
+@dataclass(frozen=True)
+class ImageSources:
+    """None means unrestricted; a tuple is the allow-list (possibly empty: nothing)."""
+
+    archive_dirs: tuple[str, ...] | None = None
+    registries: tuple[str, ...] | None = None
+    max_archive_bytes: int = MAX_ARCHIVE_BYTES
+
+    @classmethod
+    def restricted(cls, archive_dirs: list[str] | None = None, registries: list[str] | None = None,
+                   max_archive_bytes: int = MAX_ARCHIVE_BYTES) -> ImageSources:
+        dirs = tuple(os.path.realpath(d) for d in archive_dirs or ())
+        return cls(dirs, tuple(r.lower() for r in registries or ()), max_archive_bytes)
+
+    def check(self, ref: str) -> None:
+        """Refuse, before any I/O, a reference whose source is not allowed."""
+        if "\x00" in ref or not ref.strip() or len(ref) > 4096:
+            raise InvalidRequest("the image reference is empty, too long or holds a NUL byte")
+        path = archive_path(ref)
+        if path is not None:
+            if self.archive_dirs is not None and not any(
+                    os.path.realpath(path).startswith(d.rstrip("/") + "/") for d in self.archive_dirs):
+                raise SourceNotAllowed(
+                    "image archives are read only from the directories this service was started "
+                    "with (--image-dir); this reference is not under one of them")
+            return
+        host = registry_host(ref)
+        if host is not None and not self.registry_allowed(host):
+            raise SourceNotAllowed(
+                "images are pulled only from the registries this service was started with "
+                "(--registry); this reference names another")
+
+    def registry_allowed(self, host: str) -> bool:
+        return self.registries is None or host.lower() in self.registries
+
+    def open_archive(self, ref: str) -> int:
+        """Open an allowed archive: a regular file (never a device or FIFO, which would block or
+        never end) of at most max_archive_bytes. Returns the fd."""
+        self.check(ref)
+        path = archive_path(ref) or ref
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            from pomona.orchestrator.errors import ImageNotFound
+
+            raise ImageNotFound(f"image archive {path} does not exist") from None
+        except OSError as e:
+            raise InvalidRequest(f"image archive {path} cannot be opened: {e.strerror}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_archive_bytes:
+            os.close(fd)
+            raise InvalidRequest(f"image archive {path} is not a regular file of at most "
+                                 f"{self.max_archive_bytes} bytes")
+        os.set_blocking(fd, True)
+        return fd
