@@ -1,0 +1,195 @@
+"""Recorded episodes as the trainer reads them: the `episodes` row and its policy turns.
+
+A policy turn is a main call (not a side call) that completed (`status == "ok"`), in sequence
+order. A harness that retries the very request it just sent (same body) produces a second row
+with the same answer; only one of them is a turn. Episodes without a trustworthy reward (an
+infra failure, or no `episodes` row yet because the run is still going or crashed) are left out
+unless asked for: infra failures are data, never a reward of 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pomona import trajectories
+from pomona.proxy.dialects import DIALECTS
+from pomona.proxy.local_model import template_messages, template_tools
+
+Message = dict[str, Any]
+
+
+@dataclass
+class Turn:
+    """One policy turn: what the model was shown and what it answered, in chat-template shape,
+    with the token ids and logprobs the upstream returned (None when it returned none)."""
+
+    sequence: int
+    dialect: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    reply: Message
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+    @property
+    def has_tokens(self) -> bool:
+        return self.prompt_ids is not None and self.completion_ids is not None
+
+
+@dataclass
+class Episode:
+    row: dict[str, Any]
+    turns: list[Turn] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.row["episode"]
+
+    @property
+    def reward(self) -> float | None:
+        return self.row.get("reward")
+
+    @property
+    def resolved(self) -> bool | None:
+        return self.row.get("resolved")
+
+    @property
+    def task(self) -> str:
+        return self.row.get("task") or ""
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.row.get("metadata") or "{}")
+        except ValueError:
+            return {}
+
+    def conversation(self) -> tuple[list[Message], list[dict[str, Any]]]:
+        """The whole episode as one conversation: the last turn's messages plus its reply."""
+        if not self.turns:
+            return [], []
+        last = self.turns[-1]
+        return [*last.messages, last.reply], last.tools
+
+
+def reply_message(dialect: str, response: dict[str, Any]) -> Message:
+    """The assistant message a recorded response amounts to, in chat-template shape
+    (reasoning items and thinking blocks are not carried: harnesses do not send them back)."""
+    d = DIALECTS[dialect]
+    if dialect == "chat":
+        choices = response.get("choices") or [{}]
+        message = dict((choices[0] or {}).get("message") or {})
+        message["role"] = "assistant"
+        body = {"messages": [message]}
+    elif dialect == "responses":
+        body = {"input": response.get("output") or []}
+    else:
+        body = {"messages": [{"role": "assistant", "content": response.get("content") or []}]}
+    messages = [m for m in template_messages(d, body) if m["role"] == "assistant"]
+    out: Message = {"role": "assistant", "content": "".join(m["content"] for m in messages)}
+    calls = [c for m in messages for c in m.get("tool_calls") or []]
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def turn_of(row: dict[str, Any]) -> Turn | None:
+    """The turn a recorded main call amounts to; None when its bodies cannot be read."""
+    try:
+        request, response = json.loads(row["request"]), json.loads(row["response"])
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        return None
+    d = DIALECTS[row["dialect"]]
+    return Turn(
+        sequence=row["sequence"],
+        dialect=row["dialect"],
+        messages=template_messages(d, request),
+        tools=template_tools(d, request),
+        reply=reply_message(row["dialect"], response),
+        prompt_ids=row.get("prompt_token_ids"),
+        completion_ids=row.get("completion_token_ids"),
+        logprobs=row.get("completion_logprobs"),
+    )
+
+
+def _turns(rows: list[dict[str, Any]]) -> list[Turn]:
+    rows = sorted(rows, key=lambda r: r["sequence"] if r["sequence"] is not None else 1 << 62)
+    out: list[Turn] = []
+    last_request: Any = None
+    for row in rows:
+        request = json.loads(row["request"]) if row.get("request") else None
+        if out and request == last_request:  # a retry of the call just answered
+            continue
+        turn = turn_of(row)
+        if turn is not None:
+            out.append(turn)
+            last_request = request
+    return out
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which episodes to take. None means any."""
+
+    resolved: bool | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    harness: Sequence[str] | None = None
+    model: Sequence[str] | None = None
+    task: Sequence[str] | None = None
+    include_failed: bool = False  # also episodes with an infra failure or no reward
+
+    def accept(self, row: dict[str, Any]) -> bool:
+        scored = row.get("failure_kind") in (None, "none") and row.get("reward") is not None
+        if not scored and not self.include_failed:
+            return False
+        reward = row.get("reward")
+        checks = [
+            self.resolved is None or bool(row.get("resolved")) == self.resolved,
+            self.min_reward is None or (reward is not None and reward >= self.min_reward),
+            self.max_reward is None or (reward is not None and reward <= self.max_reward),
+            not self.harness or row.get("harness") in self.harness,
+            not self.model or row.get("model") in self.model,
+            not self.task or row.get("task") in self.task,
+        ]
+        return all(checks)
+
+
+def load(
+    runs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    filters: Filters | None = None,
+) -> list[Episode]:
+    """The episodes of one or several trajectory directories that pass `filters`, each with its
+    policy turns, in the order their episodes rows were written."""
+    dirs = [runs] if isinstance(runs, str | os.PathLike) else list(runs)
+    filters = filters or Filters()
+    episodes: list[Episode] = []
+    for directory in dirs:
+        if not Path(directory).is_dir():
+            raise FileNotFoundError(f"no trajectory directory at {directory}")
+        rows = [
+            r for r in trajectories.read(directory, "episodes").to_pylist() if filters.accept(r)
+        ]
+        if not rows:
+            continue
+        wanted = {r["episode"] for r in rows}
+        calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for call in trajectories.read(directory, "calls").to_pylist():
+            if call["episode"] in wanted and not call["side"] and call["status"] == "ok":
+                calls[call["episode"]].append(call)
+        seen: set[str] = set()
+        for row in rows:
+            if row["episode"] in seen:  # one row per episode; a second close is ignored
+                continue
+            seen.add(row["episode"])
+            episodes.append(Episode(row, _turns(calls.get(row["episode"], []))))
+    return episodes
