@@ -66,8 +66,10 @@ from pomona.orchestrator.api_models import (
 from pomona.orchestrator.errors import InvalidRequest, PomonaError
 from pomona.orchestrator.server.coordinator import Coordinator, Principal, Timing
 from pomona.orchestrator.server.metrics import instrument
+from pomona.orchestrator.server.policy import FILE_OPS_PER_KEY, TenantPolicy
 from pomona.orchestrator.server.relay import pty_session, tcp_tunnel
 from pomona.orchestrator.server.store import JobRecord, SandboxRecord, open_store
+from pomona.orchestrator.sources import ImageSources
 from pomona.orchestrator.types import ExecChunk, FileInfo, SnapshotInfo
 
 log = logging.getLogger("pomona.service")
@@ -253,9 +255,11 @@ def _machine() -> Capacity:
 
 
 def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32,
-               max_execs: int = 512, queue: int = 2000, max_body: int = MAX_BODY) -> FastAPI:
+               max_execs: int = 512, queue: int = 2000, max_body: int = MAX_BODY,
+               policy: TenantPolicy | None = None) -> FastAPI:
     """The service over one coordinator. Lifespan starts and stops it."""
     coord = coordinator
+    policy = policy or TenantPolicy()
     creates = Admission("create", max_creates, queue)
     execs = Admission("exec", max_execs, queue)
 
@@ -344,6 +348,7 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
 
     @app.post("/sandboxes", response_model=SandboxView, responses=ERRORS)
     async def create(body: CreateSandboxRequest, who: Who) -> SandboxView:
+        policy.check_spec(who, body.spec())
         async with creates.slot():
             return view(await coord.create(who, body.spec(), body.sandbox_id))
 
@@ -439,64 +444,73 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
 
     @app.post("/sandboxes/{sandbox_id}/files", response_model=FileWritten, responses=ERRORS)
     async def upload_file(sandbox_id: str, body: FileUpload, who: Who) -> FileWritten:
-        await coord.sandbox(who, sandbox_id)
-        data = _b64(body.content)
-        await coord.service.write_file(sandbox_id, body.path, data, body.mode)
-        return FileWritten(path=body.path, size=len(data))
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            data = _b64(body.content)
+            await coord.service.write_file(sandbox_id, body.path, data, body.mode)
+            return FileWritten(path=body.path, size=len(data))
 
     @app.get("/sandboxes/{sandbox_id}/files", response_model=FileContent, responses=ERRORS)
     async def download_file(sandbox_id: str, path: Path_, who: Who) -> FileContent:
-        await coord.sandbox(who, sandbox_id)
-        data = await coord.service.read_file(sandbox_id, path)
-        return FileContent(path=path, content=base64.b64encode(data).decode(), size=len(data))
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            data = await coord.service.read_file(sandbox_id, path)
+            return FileContent(path=path, content=base64.b64encode(data).decode(), size=len(data))
 
     @app.delete("/sandboxes/{sandbox_id}/files", response_model=FileRemoved, responses=ERRORS)
     async def remove_file(sandbox_id: str, path: Path_, who: Who, recursive: bool = False) -> FileRemoved:
-        await coord.sandbox(who, sandbox_id)
-        await coord.service.remove(sandbox_id, path, recursive)
-        return FileRemoved(path=path)
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            await coord.service.remove(sandbox_id, path, recursive)
+            return FileRemoved(path=path)
 
     @app.get("/sandboxes/{sandbox_id}/files/list", response_model=FileList, responses=ERRORS)
     async def list_files(sandbox_id: str, who: Who, path: Path_ = "/workspace") -> FileList:
-        await coord.sandbox(who, sandbox_id)
-        return FileList(path=path, files=await coord.service.list_files(sandbox_id, path))
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            return FileList(path=path, files=await coord.service.list_files(sandbox_id, path))
 
     @app.get("/sandboxes/{sandbox_id}/files/stat", response_model=FileInfo, responses=ERRORS)
     async def stat_file(sandbox_id: str, path: Path_, who: Who) -> FileInfo:
-        await coord.sandbox(who, sandbox_id)
-        return await coord.service.stat(sandbox_id, path)
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            return await coord.service.stat(sandbox_id, path)
 
     @app.get("/sandboxes/{sandbox_id}/files/raw", response_class=Response,
              responses={**ERRORS, 200: {"content": OCTETS}})
     async def read_raw(sandbox_id: str, path: Path_, who: Who) -> Response:
-        await coord.sandbox(who, sandbox_id)
-        return Response(await coord.service.read_file(sandbox_id, path), media_type="application/octet-stream")
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            return Response(await coord.service.read_file(sandbox_id, path), media_type="application/octet-stream")
 
     @app.put("/sandboxes/{sandbox_id}/files/raw", response_model=FileWritten, responses=ERRORS,
              openapi_extra={"requestBody": {"content": OCTETS, "required": True}})
     async def write_raw(sandbox_id: str, path: Path_, request: Request, who: Who,
                         mode: Annotated[int, Query(ge=0, le=0o7777)] = 0o644) -> FileWritten:
-        await coord.sandbox(who, sandbox_id)
-        data = await request.body()
-        await coord.service.write_file(sandbox_id, path, data, mode)
-        return FileWritten(path=path, size=len(data))
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            data = await request.body()
+            await coord.service.write_file(sandbox_id, path, data, mode)
+            return FileWritten(path=path, size=len(data))
 
     @app.get("/sandboxes/{sandbox_id}/archive", response_class=Response,
              responses={**ERRORS, 200: {"content": TAR}})
     async def download_dir(sandbox_id: str, who: Who, path: Path_ = ".") -> Response:
-        await coord.sandbox(who, sandbox_id)
-        return Response(await coord.service.download_dir(sandbox_id, path), media_type="application/x-tar")
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            return Response(await coord.service.download_dir(sandbox_id, path), media_type="application/x-tar")
 
     @app.put("/sandboxes/{sandbox_id}/archive", response_model=FileWritten, responses=ERRORS,
              openapi_extra={"requestBody": {"content": TAR, "required": True}})
     async def upload_dir(sandbox_id: str, request: Request, who: Who, path: Path_ = ".") -> FileWritten:
-        await coord.sandbox(who, sandbox_id)
-        tar = await request.body()
-        try:
-            await coord.service.upload_dir(sandbox_id, path, tar)
-        except tarfile.TarError as e:
-            raise InvalidRequest(f"the body is not an uncompressed tar archive ({e})") from None
-        return FileWritten(path=path, size=len(tar))
+        async with policy.file_slot(who):
+            await coord.sandbox(who, sandbox_id)
+            tar = await request.body()
+            try:
+                await coord.service.upload_dir(sandbox_id, path, tar)
+            except tarfile.TarError as e:
+                raise InvalidRequest(f"the body is not an uncompressed tar archive ({e})") from None
+            return FileWritten(path=path, size=len(tar))
 
     @app.post("/sandboxes/{sandbox_id}/apply_patch", response_model=PatchView, responses=ERRORS)
     async def apply_patch(sandbox_id: str, body: PatchBody, who: Who) -> PatchView:
@@ -535,15 +549,21 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
 
 def build(runtime: str = "local", state_dir: str = "/var/lib/pomona", redis_url: str | None = None,
           api_keys: dict[str, str] | None = None, admins: set[str] | None = None,
-          timing: Timing | None = None, **app_options: Any) -> FastAPI:
-    """The whole service from settings: runtime, store, coordinator, app."""
+          timing: Timing | None = None, *, mount_sources: list[str] | None = None,
+          image_dirs: list[str] | None = None, registries: list[str] | None = None,
+          file_ops_per_key: int = FILE_OPS_PER_KEY, **app_options: Any) -> FastAPI:
+    """The whole service from settings: runtime, store, coordinator, app. Tenants get host
+    mounts under `mount_sources` only, images from `image_dirs` and `registries` only."""
     from pomona.orchestrator.runtimes import make_runtime
     from pomona.orchestrator.service import SandboxService
 
-    service = SandboxService(make_runtime(runtime, state_dir), reap_interval=10**9)  # the coordinator reaps
+    sources = ImageSources.restricted(image_dirs, registries)
+    service = SandboxService(make_runtime(runtime, state_dir, sources=sources),
+                             reap_interval=10**9)  # the coordinator reaps
     coordinator = Coordinator(service, open_store(redis_url, state_dir), timing)
     ring = KeyRing(api_keys, frozenset(admins if admins is not None else {"admin"}))
-    return create_app(coordinator, ring, **app_options)
+    policy = TenantPolicy.of(mount_sources, file_ops_per_key)
+    return create_app(coordinator, ring, policy=policy, **app_options)
 
 
 def _loopback(host: str) -> bool:
@@ -578,6 +598,14 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--redis", metavar="URL", help="share state with other replicas through Redis")
     p.add_argument("--max-creates", type=int, default=32, help="concurrent creates before queueing")
     p.add_argument("--max-execs", type=int, default=512, help="concurrent execs before queueing")
+    p.add_argument("--mount-source", action="append", default=[], metavar="DIR",
+                   help="a host directory tenants may mount from (repeatable; admins may mount any)")
+    p.add_argument("--image-dir", action="append", default=[], metavar="DIR",
+                   help="a directory image archives may be read from (repeatable)")
+    p.add_argument("--registry", action="append", default=[], metavar="HOST[:PORT]",
+                   help="a registry images may be pulled from (repeatable)")
+    p.add_argument("--max-file-ops-per-key", type=int, default=FILE_OPS_PER_KEY,
+                   help="concurrent file operations of one API key before 503")
     p.set_defaults(func=serve_command)
     return p
 
@@ -585,7 +613,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     serve(args.host, args.port, args.runtime, args.state_dir, args.redis,
-          max_creates=args.max_creates, max_execs=args.max_execs)
+          max_creates=args.max_creates, max_execs=args.max_execs, mount_sources=args.mount_source,
+          image_dirs=args.image_dir, registries=args.registry,
+          file_ops_per_key=args.max_file_ops_per_key)
     return 0
 
 
