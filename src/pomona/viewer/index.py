@@ -175,20 +175,12 @@ class TableIndex:
         self, data: pa.Table, number: int, offsets: list[int], rows: list[int]
     ) -> pa.Table:
         """The light columns in the index's types (nulls for columns the file lacks) + location."""
-        arrays = []
-        for f in self.light:
-            if f.name == "_file":
-                arrays.append(pa.array([number] * len(rows), pa.int32()))
-            elif f.name == "_offset":
-                arrays.append(pa.array(offsets, pa.int64()))
-            elif f.name == "_row":
-                arrays.append(pa.array(rows, pa.int32()))
-            elif f.name in data.column_names:
-                column = data[f.name]
-                arrays.append(column if column.type == f.type else _cast(column, f.type))
-            else:
-                arrays.append(pa.nulls(len(rows), f.type))
-        return pa.Table.from_arrays(arrays, schema=self.light)
+        light = [f for f in self.light if f.name not in LOCATION.names]
+        columns = _in_types(data, light)
+        columns["_file"] = pa.array([number] * len(rows), pa.int32())
+        columns["_offset"] = pa.array(offsets, pa.int64())
+        columns["_row"] = pa.array(rows, pa.int32())
+        return pa.table(columns, schema=self.light)
 
     # -- what the viewer reads ------------------------------------------------------------------
 
@@ -207,18 +199,38 @@ class TableIndex:
         for number, offset, row in locations:
             source = by_number[number]
             if source.parquet:
-                group = pq.ParquetFile(source.path).read_row_group(offset)
-                out.append(group.slice(row, 1).to_pylist()[0])
-                continue
-            with pa.memory_map(str(source.path)) as mapped:
-                mapped.seek(offset)
-                message = pa.ipc.MessageReader.open_stream(mapped).read_next_message()
-                batch = pa.ipc.read_record_batch(message, source.schema)
-                out.append(batch.slice(row, 1).to_pylist()[0])
+                data = pq.ParquetFile(source.path).read_row_group(offset).slice(row, 1)
+            else:
+                with pa.memory_map(str(source.path)) as mapped:
+                    mapped.seek(offset)
+                    message = pa.ipc.MessageReader.open_stream(mapped).read_next_message()
+                    batch = pa.ipc.read_record_batch(message, source.schema)
+                    data = pa.Table.from_batches([batch.slice(row, 1)])
+            out.append(self._conform(data).to_pylist()[0])
         return out
+
+    def _conform(self, data: pa.Table) -> pa.Table:
+        """Every column of the current schema (nulls where the file lacks one), then any column
+        the file has beyond it (a newer writer's), as they are."""
+        columns = _in_types(data, list(self.schema))
+        for name in data.column_names:
+            columns.setdefault(name, data[name])
+        return pa.table(columns)
 
     def live_files(self) -> list[SourceFile]:
         return [s for s in self.files.values() if s.live]
+
+
+def _in_types(data: pa.Table, fields: list[pa.Field]) -> dict[str, Any]:
+    """`fields` of `data` in the index's types; a field the file lacks is all nulls."""
+    columns: dict[str, Any] = {}
+    for f in fields:
+        if f.name not in data.column_names:
+            columns[f.name] = pa.nulls(data.num_rows, f.type)
+        else:
+            column = data[f.name]
+            columns[f.name] = column if column.type == f.type else _cast(column, f.type)
+    return columns
 
 
 def _ends_with_eos(path: Path, size: int) -> bool:
