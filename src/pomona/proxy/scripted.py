@@ -3,6 +3,12 @@
 It is stateless on purpose: the step is read from the conversation itself (how many tool
 results, or fenced commands, it already holds), so a client that retries a request gets the
 same answer again and a tool-less side request never consumes a step.
+
+A step is a shell command, or a JSON object for what a shell cannot say: `{"tool": NAME,
+"server": SRV, "arguments": {...}}` calls the offered tool NAME (or MCP server SRV's tool NAME as
+the harness names it: `mcp__SRV__NAME`, `SRV_NAME`...; through a deferred-tool gateway such as
+OpenClaw's `tool_call` when it is not offered directly), and `{"text": "..."}` answers with that
+text (a turn's final words, or a simulated user's reply).
 """
 
 from __future__ import annotations
@@ -74,10 +80,64 @@ def is_side(dialect: Dialect, body: dict[str, Any]) -> bool:
     return not dialect.tools(body)
 
 
-def step_of(dialect: Dialect, body: dict[str, Any]) -> int:
-    """How many script commands the conversation has already been given."""
-    fenced = sum(FENCE in t for t in dialect.assistant_texts(body))
-    return dialect.tool_results(body) + fenced
+def structured_step(step: str) -> dict[str, Any] | None:
+    """The step as {"tool", "arguments"} or {"text"}, or None for a shell command."""
+    if not step.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(step)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("text"), str) and set(value) == {"text"}:
+        return value
+    if isinstance(value.get("tool"), str) and set(value) <= {"tool", "server", "arguments"}:
+        return {
+            "tool": value["tool"],
+            "server": str(value.get("server") or ""),
+            "arguments": value.get("arguments") or {},
+        }
+    return None
+
+
+_NAMESPACE_SEPARATORS = ("__", "_", ".", "/", "-")
+_DEFERRED_GATEWAY = "tool_call"  # OpenClaw's Tool Search: tool_call {"id": name, "args": {...}}
+
+
+def find_tool(tools: Sequence[Tool], name: str, server: str = "") -> Tool | None:
+    """The offered tool NAME, or the one tool a harness named NAME under a namespace (the MCP
+    server's name in it, when given)."""
+    exact = next((t for t in tools if t.name == name), None)
+    if exact is not None:
+        return exact
+    found = [
+        t
+        for t in tools
+        if any(t.name.endswith(s + name) for s in _NAMESPACE_SEPARATORS) and server in t.name
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def tool_step_call(tools: Sequence[Tool], step: dict[str, Any]) -> ToolCall | None:
+    tool = find_tool(tools, step["tool"], step["server"])
+    if tool is not None:
+        return ToolCall(tool.name, dict(step["arguments"]), kind=tool.kind)
+    gateway = next((t for t in tools if t.name == _DEFERRED_GATEWAY), None)
+    if gateway is not None:
+        name = f"{step['server']}__{step['tool']}" if step["server"] else step["tool"]
+        return ToolCall(gateway.name, {"id": name, "args": dict(step["arguments"])})
+    return None
+
+
+def step_of(dialect: Dialect, body: dict[str, Any], script: Sequence[str] = ()) -> int:
+    """How many script commands the conversation has already been given: tool results, fenced
+    commands, and assistant texts that are the script's own text steps."""
+    said = {v["text"].strip() for v in map(structured_step, script) if v and "text" in v}
+    texts = dialect.assistant_texts(body)
+    fenced = sum(FENCE in t for t in texts)
+    spoken = sum(t.strip() in said for t in texts) if said else 0
+    return dialect.tool_results(body) + fenced + spoken
 
 
 def reply(
@@ -93,10 +153,21 @@ def reply(
     tools = dialect.tools(body)
     if not tools and tool_less_is_side:
         return _with_tokens(Reply(text=side_text), body)
-    step = step_of(dialect, body)
+    step = step_of(dialect, body, script)
     if step >= len(script):
         return _with_tokens(Reply(text=final), body)
     command = script[step]
+    structured = structured_step(command)
+    if structured is not None:
+        if "text" in structured:
+            return _with_tokens(Reply(text=structured["text"]), body)
+        call = tool_step_call(tools, structured)
+        if call is None:
+            offered = ", ".join(t.name for t in tools)
+            return _with_tokens(
+                Reply(text=f"no tool {structured['tool']!r} offered ({offered})"), body
+            )
+        return _with_tokens(Reply(tool_call=call), body)
     tool = choose_shell_tool(tools)
     if tool is None:
         return _with_tokens(Reply(text=f"{FENCE}\n{command}\n```"), body)
