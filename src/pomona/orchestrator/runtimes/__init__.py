@@ -1,5 +1,6 @@
-"""The runtimes, one file each: `local` (bubblewrap + overlayfs + cgroups, the embedded default)
-and `docker` (the Docker Engine API, which Podman's compatible socket also speaks)."""
+"""The runtimes, one file each: `local` (bubblewrap + overlayfs + cgroups, the embedded default),
+`docker` (the Docker Engine API, which Podman's compatible socket also speaks) and `kubernetes`
+(a Pod per sandbox; a package of its own, kubernetes/)."""
 
 from __future__ import annotations
 
@@ -17,4 +18,8 @@ def make_runtime(runtime: str, state_dir: str | None = None, **options: Any) -> 
         from pomona.orchestrator.runtimes.docker import DockerRuntime
 
         return DockerRuntime(state_dir=state_dir, engine=runtime, **options)
-    raise ValueError(f"unknown runtime {runtime!r}: choose local, docker or podman")
+    if runtime == "kubernetes":
+        from pomona.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
+
+        return KubernetesRuntime(state_dir=state_dir, **options)
+    raise ValueError(f"unknown runtime {runtime!r}: choose local, docker, podman or kubernetes")
