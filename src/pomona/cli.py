@@ -19,6 +19,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pomona.benchmarks.grade import add_grade_parser
     from pomona.benchmarks.leaderboard import add_leaderboard_parser
     from pomona.benchmarks.swe_tasks import add_tasks_parser
     from pomona.harnesses.cli import add_harnesses_parser
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_leaderboard_parser(sub)
     add_view_parser(sub)
+    add_grade_parser(sub)
     return parser
 
 

@@ -9,6 +9,10 @@ The default model is `oracle`: the proxy's scripted model replaying the task's g
 real loop can solve every local task with no model at all. Episodes go through
 `pomona.gym.rollout`; this module adds the benchmark names, the run's columns (the model as the
 user named it, the runtime), live pass counts, SWE-bench predictions and run report, and tables.
+
+Every attempt that could not be scored is printed with its reason; the exit status is 0 when
+every attempt resolved, 1 when all were scored but some did not resolve, 2 when some could not
+run (an infrastructure failure: sandbox, harness, proxy, verifier...).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from pomona.harnesses.proxy_link import ProxyLink
 DEFAULT_HARNESS = "pi"
 DEFAULT_MODEL = "oracle"
 DEFAULT_TRAJECTORIES = Path("pomona-runs")
+DEFAULT_TIMEOUT = 600.0
+EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_RUN = 0, 1, 2
 
 
 class RunLink(ProxyLink):
@@ -54,7 +60,7 @@ class RunResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _client_runtime(runtime: str) -> str | None:
+def client_runtime(runtime: str) -> str | None:
     """The `runtime` argument for the shared sandbox client: a URL selects the HTTP transport
     (read from POMONA_URL, as SandboxClient does)."""
     if "://" in runtime:
@@ -67,34 +73,38 @@ def row_of(record: Any, model: str) -> dict[str, Any]:
     """An EpisodeRecord in the `episodes` columns metrics read."""
     return {"episode": record.episode, "benchmark": record.benchmark, "task": record.task,
             "harness": record.harness, "model": model, "reward": record.reward,
-            "resolved": record.resolved, "failure_kind": record.failure_kind}
+            "resolved": record.resolved, "failure_kind": record.failure_kind,
+            "failure_message": record.failure_message}
 
 
 def _swe_outputs(records: list[Any], tasks: list[Any], logs: Path, run_id: str,
                  model: str) -> dict[str, Any] | None:
-    """Predictions JSONL of the first attempts and swebench's own run report over them."""
+    """Predictions JSONL of the first attempts that were graded, and swebench's own run report
+    over them; nothing at all when no attempt was (an empty file would read as a submission)."""
     instances = [t.metadata["instance"] for t in tasks if "instance" in t.metadata]
-    if not instances:
-        return None
     preds = [swebench.prediction(r.task, model, (r.score or {}).get("details", {}).get("model_patch"))
              for r in records if r.attempt == 0 and r.score is not None]
+    if not instances or not preds:
+        return None
     swebench.write_predictions(logs / f"{model.replace('/', '__')}.{run_id}.predictions.jsonl", preds)
-    return swebench.run_report(preds, instances, run_id, logs) if preds else None
+    return swebench.run_report(preds, instances, run_id, logs)
 
 
 def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = DEFAULT_MODEL, *,
                   k: int = 1, runtime: str = "local", trajectories: str | Path = DEFAULT_TRAJECTORIES,
-                  concurrency: int = 4, timeout: float = 600, models: str | None = None,
+                  concurrency: int = 4, timeout: float = DEFAULT_TIMEOUT, models: str | None = None,
                   task_ids: list[str] | None = None, state_dir: str | None = None,
                   progress: bool = True) -> RunResult:
-    """Run `k` attempts of `harness` with `model` on every task of `benchmark`."""
+    """Run `k` attempts of `harness` with `model` on every task of `benchmark`. `timeout` is the
+    agent's budget for tasks that set none of their own (task.toml, an instance field)."""
     from pomona.gym.proxies import shared_proxy
     from pomona.gym.rollout import Progress, rollout
 
     trajectories = Path(trajectories).resolve()
     run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     logs = trajectories / "swebench"
-    tasks = registry.load(benchmark, logs=logs, run_id=run_id, model=model)
+    swe_model = swebench.model_name(harness, model)
+    tasks = registry.load(benchmark, logs=logs, run_id=run_id, model=swe_model)
     if task_ids:
         tasks = [t for t in tasks if t.id in task_ids]
         if not tasks:
@@ -105,13 +115,13 @@ def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = D
     try:
         records = asyncio.run(rollout(
             tasks, harness, model, n=k, concurrency=concurrency, proxy=link,
-            runtime=_client_runtime(runtime), state_dir=state_dir, timeout=timeout,
+            runtime=client_runtime(runtime), state_dir=state_dir, timeout=timeout,
             run_id=run_id, progress=False, on_episode=bar.update))
     finally:
         bar.close()
     rows = [row_of(r, model) for r in records]
     return RunResult(run_id, records, metrics.summarize(rows, range(1, k + 1)), trajectories,
-                     _swe_outputs(records, tasks, logs, run_id, model), rows)
+                     _swe_outputs(records, tasks, logs, run_id, swe_model), rows)
 
 
 def task_table(rows: list[dict[str, Any]]) -> str:
@@ -128,6 +138,20 @@ def task_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def failures(rows: list[dict[str, Any]]) -> str:
+    """Every attempt that could not be scored, with its reason: what a user acts on."""
+    failed = [r for r in rows if r["failure_kind"] != "none"]
+    return "\n".join(f"  {r['task']} [{r['failure_kind']}]: {r.get('failure_message') or '-'}"
+                     for r in failed)
+
+
+def exit_status(records: list[Any]) -> int:
+    """0 every attempt resolved; 1 all ran and were scored, some unresolved; 2 some could not run."""
+    if any(r.failure_kind != "none" for r in records):
+        return EXIT_NOT_RUN
+    return EXIT_RESOLVED if records and all(r.resolved for r in records) else EXIT_UNRESOLVED
+
+
 def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `run` on a `pomona` subparsers object."""
     p = subparsers.add_parser("run", help="run a harness with a model on a benchmark, graded and recorded")
@@ -141,7 +165,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     p.add_argument("--trajectories", type=Path, default=DEFAULT_TRAJECTORIES)
     p.add_argument("--models", help="LiteLLM-style model list YAML for real upstreams")
     p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--timeout", type=float, default=600, help="seconds per harness run")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help="seconds per harness run, for tasks that set no time of their own")
     p.add_argument("--tasks", nargs="*", help="only these task ids")
     p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
     p.add_argument("--html", type=Path, help="also write the leaderboard as an HTML page")
@@ -157,6 +182,8 @@ def _run(args: argparse.Namespace) -> int:
                            state_dir=args.state_dir)
     print(f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n")
     print(task_table(result.rows))
+    if failed := failures(result.rows):
+        print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")
     print("\nthis run:")
     print(leaderboard.format_table(result.summaries))
     if result.swe_report is not None:
@@ -170,4 +197,4 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {leaderboard.write_html(board, args.html)}")
     if args.json:
         print(json.dumps([s.__dict__ for s in result.summaries], default=str, indent=2))
-    return 0 if all(r.failure_kind == "none" for r in result.records) else 1
+    return exit_status(result.records)

@@ -64,21 +64,24 @@ def test_gold_resolves_and_every_negative_fixture_does_not(client: Any, tmp_path
         preds.append(swebench.prediction(iid, f"test/{name}", (g.log_dir / "patch.diff").read_text()))
         assert g.resolved == (name == "gold"), (name, g.log_dir)
         assert g.infra_failure is None
-        if name == "empty":
-            assert g.empty_patch and g.report is None
+        if name in ("empty", "nonapplying"):
+            # like swebench's run_instance: no report.json, so its run report counts an error
+            assert g.report is None and not (g.log_dir / "report.json").exists()
+            assert g.empty_patch == (name == "empty") and not g.applied
             continue
         # swebench's own report functions, on the logs Pomona wrote, agree with Pomona
         written = json.loads((g.log_dir / "report.json").read_text())
         assert swebench.regrade(inst, g.log_dir) == written == g.report
         assert written[iid]["resolved"] == g.resolved
-        assert written[iid]["patch_successfully_applied"] == (name != "nonapplying")
+        assert written[iid]["patch_successfully_applied"]
         if name == "spoof":
             assert g.guard_restored == ["conftest.py"]
     # ...and so does swebench's run report, per model
     for pred in preds:
         report = swebench.run_report([pred], [inst], "r1", tmp_path)
-        gold = pred["model_name_or_path"] == "test/gold"
-        assert report["resolved_ids"] == ([iid] if gold else [])
+        name = pred["model_name_or_path"].removeprefix("test/")
+        assert report["resolved_ids"] == ([iid] if name == "gold" else [])
+        assert report["error_ids"] == ([iid] if name == "nonapplying" else [])
         assert report["total_instances"] == 1
 
 

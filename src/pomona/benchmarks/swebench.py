@@ -1,20 +1,30 @@
 """SWE-bench 5.x: load instances, run agents at the base commit, and grade patches the official way.
 
 Instances come from a 5.x task repo (`sweb.yaml`, `tasks/<id>/...`) or from official Parquet /
-JSONL rows. Grading follows swebench's `run_instance` step by step in a fresh sandbox (the
-`git apply` fallback chain, `/eval.sh` with the exit-code marker, stderr merged into the log)
-and then calls swebench's own `get_eval_report`, so its parsers and resolved rule decide and its
-tools can re-grade Pomona's logs, which land in the official layout:
+JSONL rows (`pomona.benchmarks.swe_datasets` reads every other source and shape). Grading follows
+swebench's `run_instance` step by step in a fresh sandbox (the `git apply` fallback chain,
+`/eval.sh` with the exit-code marker, stderr merged into the log) and then calls swebench's own
+`get_eval_report`, so its parsers and resolved rule decide and its tools can re-grade Pomona's
+logs, which land in the official layout:
 `<root>/logs/run_evaluation/<run_id>/<model>/<instance_id>/{report.json, test_output.txt, ...}`.
+Like `run_instance`, a patch that does not apply or tests that time out leave no report.json.
+
+Where an instance runs. A row names its image (`swebench/sweb.eval.x86_64.<id>`), which holds the
+repository at /testbed, owned by root, and the `testbed` conda environment: like swebench's own
+containers, the agent and the grader run there as root (inside the sandbox's user namespace),
+and the eval script activates the environment itself. A task directory may instead carry
+`repo.bundle` (Pomona's local tasks): it runs on the host image as the sandbox user, the bundle
+cloned at /testbed, with its declared `test_dependencies` (default: pytest) copied in from
+Pomona's own environment, `python` meaning python3, and the payload's Node when its
+`toolchains` name `node`.
+
+An eval that cannot run (command not found, test framework missing, permission denied, git's
+"dubious ownership") is the environment's fault, not the patch's: the grade carries it as
+`infra_failure` and the episode is a `verifier` failure, never a 0.
 
 Between applying the patch and running the tests, the guard restores test infrastructure from
 the base commit (conftest.py, pytest configuration, sitecustomize, *.pth, the task's test files):
 without it a six-line conftest.py that forces every outcome to "passed" is graded resolved.
-
-A task directory may carry `repo.bundle` (a git bundle of the base repository; Pomona's local
-tasks do): the instance then runs on the host image, the bundle cloned at /testbed and pytest
-installed from Pomona's own environment. Otherwise it runs on the row's `image`, which already
-holds /testbed (the official images; this needs the docker runtime).
 """
 
 from __future__ import annotations
@@ -31,17 +41,23 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pomona.benchmarks.pytools import install_pytest
+from pomona.benchmarks import pytools
 from pomona.benchmarks.task import Environment, Score, Task, VerifierError
 
 TESTBED = "/testbed"
 BUNDLE = "repo.bundle"
 PATCH_FILE = "/tmp/patch.diff"  # swebench's CONTAINER_PATCH_FILE
 TASK_DIR_KEY = "_task_dir"  # where an instance loaded from a task repo lives (not an official field)
+# Pomona's own optional instance fields (task.yaml keys or row columns):
+TEST_DEPENDENCIES = "test_dependencies"  # Python distributions a host-image task's tests import
+TOOLCHAINS = "toolchains"  # ["node"]: runtimes a host-image task gets from the payload
+CHECKOUT = "pomona_checkout"  # a ref to check out at /testbed first (SWE-smith's bug branches)
+AGENT_TIMEOUT = "agent_timeout_sec"  # the agent's time budget for this instance
 JUNK = ("**/__pycache__/**", "**/*.pyc", ".pytest_cache/**", "**/*.orig", "**/*.rej")
 INFRA_NAMES = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "sitecustomize.py",
                "usercustomize.py"}
 SECTION_FILES = {"setup.cfg", "pyproject.toml"}  # guarded only where their pytest section changed
+NODE_LINK = "/usr/local/bin/node"
 
 
 # --- instances ----------------------------------------------------------------------------------
@@ -79,13 +95,17 @@ def load_instances(source: str | Path, instance_ids: list[str] | None = None) ->
     else:
         raise ValueError(f"cannot read SWE-bench instances from {source}: give a task repo "
                          "directory or a .parquet, .jsonl or .json file")
-    if instance_ids is not None:
-        wanted = set(instance_ids)
-        missing = wanted - {r["instance_id"] for r in rows}
-        if missing:
-            raise KeyError(f"not in {source}: {' '.join(sorted(missing))}")
-        rows = [r for r in rows if r["instance_id"] in wanted]
-    return [_normalize(r) for r in rows]
+    return [_normalize(r) for r in select(rows, instance_ids, str(source))]
+
+
+def select(rows: list[dict[str, Any]], instance_ids: list[str] | None, source: str) -> list[dict[str, Any]]:
+    """The rows named (all when None); an unknown id is an error, never a quietly smaller run."""
+    if instance_ids is None:
+        return rows
+    missing = set(instance_ids) - {r["instance_id"] for r in rows}
+    if missing:
+        raise KeyError(f"not in {source}: {' '.join(sorted(missing))}")
+    return [r for r in rows if r["instance_id"] in set(instance_ids)]
 
 
 def bundle_of(instance: dict[str, Any]) -> Path | None:
@@ -98,11 +118,55 @@ def image_of(instance: dict[str, Any]) -> str:
     return "host" if bundle_of(instance) else instance["image"]
 
 
+def user_of(instance: dict[str, Any]) -> str:
+    """Who runs commands: root in an official image (its /testbed and conda env are root's, and
+    swebench's own containers run as root); the sandbox user on the host image."""
+    return "pomona" if bundle_of(instance) else "root"
+
+
+def toolchains(instance: dict[str, Any]) -> list[str]:
+    return list(instance.get(TOOLCHAINS) or [])
+
+
+def sandbox_options(instance: dict[str, Any]) -> dict[str, Any]:
+    """create_sandbox keywords for an instance: image, user, workdir, and the payload when a
+    host-image task tests with its Node."""
+    options: dict[str, Any] = {"workdir": TESTBED, "user": user_of(instance)}
+    if "node" in toolchains(instance) and bundle_of(instance):
+        from pomona.harnesses.payload import ensure_node
+        from pomona.harnesses.run import tools_mount
+
+        ensure_node()
+        options["mounts"] = [tools_mount()]
+    return options
+
+
+def _host_tools(sandbox: Any, instance: dict[str, Any]) -> None:
+    """On the host image: the declared Python test dependencies, `python` as python3 (eval
+    scripts written for conda images call it), and the payload's node where asked for."""
+    from pomona.harnesses.run import TOOLS_MOUNT
+
+    pytools.install(sandbox, instance.get(TEST_DEPENDENCIES) or pytools.DEFAULT)
+    links = ['command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python']
+    if "node" in toolchains(instance):
+        links.append(f"command -v node >/dev/null || ln -s {TOOLS_MOUNT}/node/bin/node {NODE_LINK}")
+    result = sandbox.exec(" && ".join(["mkdir -p /usr/local/bin", *links]), user="root", timeout=60)
+    if result.exit_code != 0:
+        raise RuntimeError(f"could not provide the task's tools: {result.stderr.strip()}")
+
+
 def prepare_testbed(sandbox: Any, instance: dict[str, Any]) -> None:
     """Bring /testbed to the base commit. With a bundle, clone it there (remote removed, so no
-    later history is reachable) and install pytest; an official image already has both."""
+    later history is reachable) and provide the test tools; an official image already has both
+    (and some datasets name a ref to check out first)."""
     bundle = bundle_of(instance)
     if bundle is None:
+        ref = instance.get(CHECKOUT)
+        if ref:
+            result = sandbox.exec(f"git checkout -q --detach {shlex.quote(ref)}", cwd=TESTBED,
+                                  timeout=120)
+            if result.exit_code != 0:
+                raise RuntimeError(f"could not check out {ref}: {result.stderr.strip()}")
         return
     sandbox.write_file("/tmp/base.bundle", bundle.read_bytes())
     base = shlex.quote(instance["base_commit"])
@@ -112,7 +176,12 @@ def prepare_testbed(sandbox: Any, instance: dict[str, Any]) -> None:
         "git config user.name agent && rm -f /tmp/base.bundle", timeout=120)
     if result.exit_code != 0:
         raise RuntimeError(f"could not check out {instance['instance_id']}: {result.stderr.strip()}")
-    install_pytest(sandbox)
+    _host_tools(sandbox, instance)
+
+
+def base_ref(instance: dict[str, Any]) -> str:
+    """What the agent's diff is taken against: the checked-out ref, else the base commit."""
+    return instance.get(CHECKOUT) or instance["base_commit"]
 
 
 def extract_patch(sandbox: Any, base_commit: str) -> str:
@@ -174,7 +243,7 @@ def guard_test_infra(sandbox: Any, instance: dict[str, Any]) -> list[str]:
     """Restore every test-infrastructure path the patch changed, added or deleted to its state at
     the base commit; return those paths. Judged on the tree, not on the patch text, so renames,
     `patch` fuzz and ignored directories cannot slip past."""
-    base = shlex.quote(instance["base_commit"])
+    base = shlex.quote(base_ref(instance))
     listed = _run(sandbox, f"git diff --name-only --no-renames {base} && git ls-files --others")
     if listed.exit_code != 0:
         raise VerifierError(f"could not list the changed files: {listed.stderr.strip()}")
@@ -199,6 +268,52 @@ def guard_test_infra(sandbox: Any, instance: dict[str, Any]) -> list[str]:
     return restored
 
 
+# --- environment faults ---------------------------------------------------------------------------
+
+_NOT_RUNNABLE = re.compile(r"^.*(?:command not found|: not found|Permission denied).*$", re.M)
+_NO_FRAMEWORK = re.compile(r"^.*(?:No module named '?pytest'?|pytest: (?:command )?not found).*$", re.M)
+
+
+def environment_fault(log: str) -> str | None:
+    """Why an eval log shows the environment, not the patch, failing; None when it does not.
+
+    Read only where a patch cannot plausibly be the cause: git refusing the repository, the test
+    framework missing, the test command itself not runnable (exit 126/127), a failure before the
+    tests start, no test phase at all, and swebench's own environment signatures."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
+    from swebench.harness.infra_failure import TIER_ENVIRONMENT, classify_text
+
+    if "detected dubious ownership in repository" in log:
+        return ("git refused /testbed as owned by another user (dubious ownership): the eval "
+                "must run as the repository's owner")
+    setup, started, rest = log.partition(START_TEST_OUTPUT)
+    if not started:
+        return "the eval script never reached its tests (no start marker in the log)"
+    tests = rest.partition(END_TEST_OUTPUT)[0]
+    if m := _NO_FRAMEWORK.search(tests):
+        return f"the test framework is missing: {m.group(0).strip()}"
+    code = re.search(rf"{re.escape(TEST_EXIT_CODE)}: (\d+)", rest)
+    if code and code.group(1) in ("126", "127"):
+        lines = _NOT_RUNNABLE.findall(tests)
+        why = lines[-1].strip() if lines else "no reason printed"
+        return f"the test command could not run (exit {code.group(1)}): {why}"
+    if m := _NOT_RUNNABLE.search(setup):
+        return f"the eval script's set-up failed before the tests: {m.group(0).strip()}"
+    found = classify_text(log)
+    if found and found[1] == TIER_ENVIRONMENT:
+        return f"environment failure ({found[0]}), by swebench's own log signatures"
+    return None
+
+
+def apply_fault(output: str) -> str | None:
+    """Why applying a patch failed for reasons of the environment (not of the patch)."""
+    if "detected dubious ownership" in output:
+        return "git refused /testbed as owned by another user (dubious ownership)"
+    if m := re.search(r"^.*(?:Permission denied|Read-only file system).*$", output, re.M):
+        return f"the patch could not be written: {m.group(0).strip()}"
+    return None
+
+
 # --- grading ------------------------------------------------------------------------------------
 
 
@@ -206,17 +321,32 @@ def guard_test_infra(sandbox: Any, instance: dict[str, Any]) -> list[str]:
 class Grade:
     instance_id: str
     resolved: bool
-    report: dict[str, Any] | None  # the official report.json content; None for an empty patch
+    report: dict[str, Any] | None  # the official report.json content, when swebench writes one
     log_dir: Path
     empty_patch: bool = False
     applied: bool = False
+    timed_out: bool = False
     guard_restored: list[str] = field(default_factory=list)
-    infra_failure: str | None = None  # swebench's environment-fault reason, when it names one
+    infra_failure: str | None = None  # why the environment, not the patch, failed
+
+    @property
+    def message(self) -> str:
+        """One line a user can act on."""
+        if self.infra_failure:
+            return f"environment failure: {self.infra_failure}"
+        if self.empty_patch:
+            return "empty patch: not run"
+        if not self.applied:
+            return "the patch does not apply"
+        if self.timed_out:
+            return "the tests timed out"
+        return "resolved" if self.resolved else "unresolved: tests still fail"
 
     def score(self) -> Score:
         return Score(reward=1.0 if self.resolved else 0.0, resolved=self.resolved, details={
             "report": self.report, "log_dir": str(self.log_dir), "empty_patch": self.empty_patch,
-            "patch_applied": self.applied, "guard_restored": self.guard_restored,
+            "patch_applied": self.applied, "timed_out": self.timed_out,
+            "guard_restored": self.guard_restored, "message": self.message,
             "model_patch": (self.log_dir / "patch.diff").read_text()})
 
 
@@ -241,53 +371,71 @@ def claim_run_id(root: str | Path, run_id: str, model: str, instance_id: str) ->
     raise RuntimeError(f"too many attempts at {instance_id} in run {run_id}")
 
 
+def model_name(harness: str, model: str) -> str:
+    """`model_name_or_path` for a harness running a model: both matter to the score."""
+    return f"{harness}/{model}"
+
+
 def prediction(instance_id: str, model: str, patch: str | None) -> dict[str, Any]:
     return {"instance_id": instance_id, "model_name_or_path": model, "model_patch": patch}
 
 
-def _apply_chain(sandbox: Any, patch: str, log: list[str]) -> bool:
-    """swebench's fallback chain, a clean tree between attempts, then the already-applied check."""
+def _apply_chain(sandbox: Any, patch: str, log: list[str]) -> tuple[bool, str]:
+    """swebench's fallback chain, a clean tree between attempts, then the already-applied check;
+    whether it applied, and the last attempt's output."""
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
     from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
     sandbox.write_file(PATCH_FILE, patch)
-    result = None
+    output = ""
     for attempt, command in enumerate(GIT_APPLY_CMDS):
         if attempt:
             _run(sandbox, "git checkout -- . ; git clean -fd")
         result = _run(sandbox, f"{command} {PATCH_FILE}")
+        output = f"{result.stdout}{result.stderr}"
         if result.exit_code == 0:
-            log.append(f"{APPLY_PATCH_PASS}:\n{result.stdout}{result.stderr}")
-            return True
+            log.append(f"{APPLY_PATCH_PASS}:\n{output}")
+            return True, output
         log.append(f"Failed to apply patch to container: {command}")
     if _run(sandbox, f"git apply --check --reverse {PATCH_FILE}").exit_code == 0:
         log.append(f"{APPLY_PATCH_PASS}: verified already applied")
-        return True
-    output = f"{result.stdout}{result.stderr}" if result is not None else ""
+        return True, output
     log.append(f"{APPLY_PATCH_FAIL}:\n{output}")
-    return False
+    return False, output
+
+
+@dataclass
+class _Run:
+    output: str = ""  # the test log ("" when the tests never ran)
+    applied: bool = False
+    apply_output: str = ""
+    timed_out: bool = False
+    restored: list[str] = field(default_factory=list)
 
 
 def _evaluate(sandbox: Any, instance: dict[str, Any], spec: Any, patch: str | None,
-              log: list[str], timeout: float) -> tuple[str, bool, list[str]]:
-    """Apply (unless `patch` is None: the base itself), guard, run /eval.sh: the test log,
-    whether the patch applied, what the guard restored."""
-    from swebench.harness.constants import APPLY_PATCH_FAIL, TESTS_TIMEOUT
+              log: list[str], timeout: float) -> _Run:
+    """Apply (unless `patch` is None: the base itself), guard, run /eval.sh."""
+    from swebench.harness.constants import TESTS_TIMEOUT
 
     prepare_testbed(sandbox, instance)
-    if patch is not None and not _apply_chain(sandbox, patch, log):
-        return "\n".join(log) + f"\n{APPLY_PATCH_FAIL}\n", False, []
-    restored = guard_test_infra(sandbox, instance)
-    if restored:
-        log.append(f"Guard: restored test infrastructure from the base commit: {restored}")
+    run = _Run(applied=True)
+    if patch is not None:
+        run.applied, run.apply_output = _apply_chain(sandbox, patch, log)
+        if not run.applied:
+            return run
+    run.restored = guard_test_infra(sandbox, instance)
+    if run.restored:
+        log.append(f"Guard: restored test infrastructure from the base commit: {run.restored}")
     sandbox.write_file("/eval.sh", spec.eval_script)
     result = sandbox.exec("/bin/bash /eval.sh 2>&1", cwd=TESTBED, timeout=timeout,
                           output_cap=64 * 2**20)
-    output = result.stdout + result.stderr
+    run.output = result.stdout + result.stderr
     if result.timed_out:
-        output += f"\n\nTimeout error: {timeout:g} seconds exceeded.\n{TESTS_TIMEOUT}\n"
+        run.timed_out = True
+        run.output += f"\n\nTimeout error: {timeout:g} seconds exceeded.\n{TESTS_TIMEOUT}\n"
         log.append(f"Test timed out after {timeout:g} seconds.")
-    return output, True, restored
+    return run
 
 
 def grade(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: str | Path,
@@ -308,22 +456,30 @@ def grade(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: str
     spec = make_test_spec(instance)
     log: list[str] = []
     try:
-        with client.create_sandbox(image_of(instance), network="none", workdir=TESTBED,
-                                   timeout=timeout + 600,
-                                   labels={"purpose": "swebench-grade", "task": iid[:63]}) as sb:
-            output, applied, restored = _evaluate(sb, instance, spec, patch, log, timeout)
+        with client.create_sandbox(image_of(instance), network="none", timeout=timeout + 600,
+                                   labels={"purpose": "swebench-grade", "task": iid[:63]},
+                                   **sandbox_options(instance)) as sb:
+            run = _evaluate(sb, instance, spec, patch, log, timeout)
     except Exception as e:  # noqa: BLE001 - any failure of the grading environment is the verifier's
         (log_dir / LOG_INSTANCE).write_text("\n".join([*log, f"verifier failure: {e!r}"]) + "\n")
         raise VerifierError(f"{iid}: grading sandbox failed: {e}") from e
     (log_dir / LOG_INSTANCE).write_text("\n".join(log) + "\n")
+    grade = Grade(iid, False, None, log_dir, applied=run.applied, timed_out=run.timed_out,
+                  guard_restored=run.restored)
+    if not run.applied:
+        grade.infra_failure = apply_fault(run.apply_output)
+        return grade
     (log_dir / "eval.sh").write_text(spec.eval_script)
-    (log_dir / LOG_TEST_OUTPUT).write_text(output)
-    report = get_eval_report(spec, pred, str(log_dir / LOG_TEST_OUTPUT), include_tests_status=True)
-    (log_dir / LOG_REPORT).write_text(json.dumps(report, indent=4))
-    entry = report[iid]
-    infra = entry.get("infra_failure_reason") if entry.get("infra_failure") else None
-    return Grade(iid, bool(entry["resolved"]), report, log_dir, applied=applied,
-                 guard_restored=restored, infra_failure=infra)
+    (log_dir / LOG_TEST_OUTPUT).write_text(run.output)
+    if run.timed_out:
+        return grade
+    grade.report = get_eval_report(spec, pred, str(log_dir / LOG_TEST_OUTPUT),
+                                   include_tests_status=True)
+    (log_dir / LOG_REPORT).write_text(json.dumps(grade.report, indent=4))
+    grade.resolved = bool(grade.report[iid]["resolved"])
+    if not grade.resolved:
+        grade.infra_failure = environment_fault(run.output)
+    return grade
 
 
 def test_statuses(client: Any, instance: dict[str, Any], patch: str | None,
@@ -334,12 +490,14 @@ def test_statuses(client: Any, instance: dict[str, Any], patch: str | None,
     from swebench.harness.utils import make_test_spec
 
     spec = make_test_spec(instance)
-    with client.create_sandbox(image_of(instance), network="none", workdir=TESTBED,
-                               timeout=timeout + 600) as sb:
-        output, applied, _ = _evaluate(sb, instance, spec, patch, [], timeout)
-    if not applied:
+    with client.create_sandbox(image_of(instance), network="none", timeout=timeout + 600,
+                               **sandbox_options(instance)) as sb:
+        run = _evaluate(sb, instance, spec, patch, [], timeout)
+    if not run.applied:
         raise RuntimeError(f"{instance['instance_id']}: the patch does not apply")
-    return PARSER_REGISTRY[spec.log_parser](output, spec)
+    if fault := environment_fault(run.output):
+        raise RuntimeError(f"{instance['instance_id']}: {fault}")
+    return PARSER_REGISTRY[spec.log_parser](run.output, spec)
 
 
 def regrade(instance: dict[str, Any], log_dir: str | Path) -> dict[str, Any]:
@@ -367,22 +525,34 @@ def write_predictions(path: str | Path, predictions: list[dict[str, Any]]) -> Pa
 def load_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
     """Predictions from .jsonl, or .json as a list or an {instance_id: prediction} dict."""
     text = Path(path).read_text()
-    if str(path).endswith(".jsonl"):
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        data = json.loads(text)
-        rows = list(data.values()) if isinstance(data, dict) else data
+    try:
+        if str(path).endswith(".jsonl"):
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+            rows = list(data.values()) if isinstance(data, dict) else data
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON{'L' if str(path).endswith('.jsonl') else ''}: "
+                         f"{e}") from None
+    for row in rows:
+        if not isinstance(row, dict) or "instance_id" not in row:
+            raise ValueError(f"{path}: every prediction must be an object with an instance_id "
+                             f"(got {str(row)[:80]!r})")
+        row.setdefault("model_name_or_path", "None")
+        row.setdefault("model_patch", None)
     return {r["instance_id"]: r for r in rows}
 
 
 def run_report(predictions: list[dict[str, Any]], instances: list[dict[str, Any]], run_id: str,
-               root: str | Path) -> dict[str, Any]:
-    """swebench's own run report (`<model>.<run_id>.json` in `root`), from the written logs."""
+               root: str | Path, report_dir: str | Path = ".") -> dict[str, Any]:
+    """swebench's own run report (`<model>.<run_id>.json` in `report_dir`, relative to `root`),
+    from the logs written under `root`."""
     from swebench.harness.reporting import make_run_report
 
     by_id = {p["instance_id"]: p for p in predictions}
+    Path(root).mkdir(parents=True, exist_ok=True)
     with contextlib.chdir(root), contextlib.redirect_stdout(io.StringIO()):
-        path = make_run_report(by_id, instances, run_id, client=None, report_dir=".")
+        path = make_run_report(by_id, instances, run_id, client=None, report_dir=str(report_dir))
         return json.loads(Path(path).read_text())
 
 
@@ -402,7 +572,7 @@ class SweScorer:
     client: Any = None  # grading sandboxes' client; by default the agent sandbox's own
 
     def collect(self, task: Task, sandbox: Any) -> dict[str, Any]:
-        patch = extract_patch(sandbox, self.instance["base_commit"])
+        patch = extract_patch(sandbox, base_ref(self.instance))
         client = self.client or getattr(sandbox, "_root", None)
         if client is None:
             raise VerifierError("no sandbox client to grade with: pass SweScorer(client=...)")
@@ -429,14 +599,17 @@ class SweTask(Task):
 def to_task(instance: dict[str, Any], benchmark: str = "swebench", **scorer: Any) -> SweTask:
     """The Task for one instance; `scorer` goes to SweScorer (root, run_id, model, client...)."""
     text = instance["problem_statement"]
+    metadata: dict[str, Any] = {"instance": instance, "repo": instance["repo"]}
+    if instance.get(AGENT_TIMEOUT):
+        metadata["agent_timeout"] = float(instance[AGENT_TIMEOUT])
     return SweTask(
         id=instance["instance_id"], benchmark=benchmark,
         instruction=f"{text.rstrip()}\n\nThe repository is at {TESTBED}. Fix the issue by editing "
                     "its source; do not change its tests.",
         scorer=SweScorer(instance, **scorer),
-        environment=Environment(image=image_of(instance), workdir=TESTBED),
+        environment=Environment(image=image_of(instance), workdir=TESTBED, user=user_of(instance)),
         solution=tuple(apply_commands(instance["patch"])),
-        metadata={"instance": instance, "repo": instance["repo"]})
+        metadata=metadata)
 
 
 def tasks(source: str | Path, benchmark: str = "swebench", **scorer: Any) -> list[SweTask]:

@@ -42,6 +42,7 @@ class Environment:
     files: dict[str, str] = field(default_factory=dict)  # path (relative to workdir) -> content
     setup: tuple[str, ...] = ()  # shell commands run before the agent starts
     workdir: str = "/workspace"
+    user: str = "pomona"  # who runs commands: "root" where the image expects it (SWE-bench images)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class Task:
     solution: tuple[str, ...] | None = None  # gold: shell commands that solve it
     benchmark: str = "builtin"
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def agent_timeout(self, default: float) -> float:
+        """The agent's time budget: the task's own (task.toml, an instance field), else `default`."""
+        return float(self.metadata.get("agent_timeout") or default)
 
     def prepare(self, sandbox: Sandbox) -> None:
         """Lay out the task's files and run its setup in a fresh sandbox."""

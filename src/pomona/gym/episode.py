@@ -131,6 +131,7 @@ def start_sandbox(
         gateway=link.gateway(),
         mounts=[tools_mount()],
         workdir=env.workdir,
+        user=env.user,
         timeout=ttl,
         labels={"task": task.id[:63], **(labels or {})},
     )
@@ -231,6 +232,7 @@ def run_episode(
         ep = open_episode(link, task, h, name, run_id, metadata={"attempt": attempt}, **fields)
     except Exception as e:  # noqa: BLE001 - no episode, so no row: the record alone says why
         record.failure_kind, record.failure_message = "proxy", f"could not open an episode: {e!r}"
+    timeout = task.agent_timeout(timeout)
         return record
     record.episode = ep["key"]
     timings = record.timings

@@ -81,7 +81,8 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
         client = shared_client(self.runtime, self.state_dir)
         env = self.task.environment
         self.sandbox = client.create_sandbox(self.image or env.image, network=self.network,
-                                             workdir=env.workdir, labels={"task": self.task.id[:63]})
+                                             workdir=env.workdir, user=env.user,
+                                             labels={"task": self.task.id[:63]})
         self.task.prepare(self.sandbox)
         self.steps = 0
         return self._obs(self.task.instruction, 0), {"task_id": self.task.id,

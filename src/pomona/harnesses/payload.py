@@ -97,7 +97,12 @@ def _locked(root: Path) -> Iterator[None]:
     """One installer at a time per payload (parallel test workers, CI and a user's shell)."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # say what we wait for: an install can take minutes
+            print(f"pomona: waiting for another process installing the harness payload in {root} "
+                  f"(lock {root / '.lock'})", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -537,5 +542,17 @@ def install(
 
 def ensure(names: Iterable[str], root: Path | str = DEFAULT_ROOT) -> dict[str, str]:
     """Install what is missing; return name -> why for those that cannot be had here."""
+def ensure_node(root: Path | str = DEFAULT_ROOT) -> Path:
+    """The payload's Node binary, installed first if missing (tasks that test with Node use it)."""
+    root = Path(root)
+    node = root / "node" / "bin" / "node"
+    if node.exists():
+        return node
+    with _locked(root):
+        node = _node(root)
+        _write_versions(root)
+    return node
+
+
     report = install(names, root)
     return {**report.unavailable, **report.failed}

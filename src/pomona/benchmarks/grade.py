@@ -1,0 +1,194 @@
+"""`pomona grade`: swebench's `run_evaluation`, on Pomona's sandboxes.
+
+    pomona grade --dataset verified --predictions preds.jsonl --run-id my-run
+    pomona grade --dataset path/to/task-repo --predictions gold --build-images
+
+Same inputs as `python -m swebench.harness.run_evaluation` (the dataset by name or path, any
+SWE-bench-format shape `pomona.benchmarks.swe_datasets` reads; predictions as .jsonl, a .json
+list or {instance_id: prediction} dict, or `gold`; run id, workers, instance ids, timeout,
+report directory; its underscore spellings are accepted too) and the same outputs:
+`logs/run_evaluation/<run_id>/<model>/<instance_id>/{patch.diff, eval.sh, test_output.txt,
+report.json, run_instance.log}`, `logs/run_evaluation/<run_id>/run.json`, and swebench's own run
+report `<model>.<run_id>.json` in the report directory. Like swebench, an instance whose report
+exists is not graded again under the same run id.
+
+Unlike swebench, each failure is printed with its reason, environment failures (the eval could
+not run) are told apart from unresolved patches, and the exit status says which happened:
+0 every instance resolved, 1 all graded but some unresolved, 2 some could not be graded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pomona.benchmarks import swe_datasets, swe_images, swebench
+
+EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_GRADED = 0, 1, 2
+
+
+@dataclass
+class Outcome:
+    instance_id: str
+    status: str  # resolved, unresolved, empty, error (could not be graded), cached
+    message: str
+
+
+@dataclass
+class GradeRun:
+    run_id: str
+    report: dict[str, Any]
+    report_path: Path
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if any(o.status == "error" for o in self.outcomes):
+            return EXIT_NOT_GRADED
+        ids, resolved = self.report["submitted_ids"], set(self.report["resolved_ids"])
+        return EXIT_RESOLVED if ids and all(i in resolved for i in ids) else EXIT_UNRESOLVED
+
+
+def gold_predictions(instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {i["instance_id"]: swebench.prediction(i["instance_id"], "gold", i["patch"])
+            for i in instances}
+
+
+def write_run_metadata(root: Path, run_id: str, dataset: str, split: str) -> Path:
+    """`run.json`, as swebench records what a run graded against."""
+    from swebench.harness.constants import LOG_RUN_METADATA, RUN_EVALUATION_LOG_DIR
+
+    path = root / RUN_EVALUATION_LOG_DIR / run_id / LOG_RUN_METADATA
+    path.parent.mkdir(parents=True, exist_ok=True)
+    task_repo = dataset if (Path(dataset) / "tasks").is_dir() else None
+    path.write_text(json.dumps({"dataset": dataset, "split": split, "task_repo": task_repo,
+                                "created_at": datetime.now(UTC).isoformat(timespec="seconds")},
+                               indent=2) + "\n")
+    return path
+
+
+def _grade_one(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: Path,
+               run_id: str, timeout: float) -> Outcome:
+    iid = instance["instance_id"]
+    try:
+        g = swebench.grade(client, instance, pred, root, run_id, timeout)
+    except Exception as e:  # noqa: BLE001 - one instance's failure is its outcome
+        return Outcome(iid, "error", str(e))
+    if g.infra_failure or g.timed_out:
+        return Outcome(iid, "error", g.message)
+    return Outcome(iid, "resolved" if g.resolved else "unresolved", g.message)
+
+
+def evaluate(dataset: str, predictions: str, run_id: str, *, split: str = "test",
+             instance_ids: list[str] | None = None, max_workers: int = 4, timeout: float = 1800,
+             report_dir: str | Path = ".", log_root: str | Path = ".", runtime: str = "local",
+             state_dir: str | None = None, build_images: bool = False,
+             say: Any = None) -> GradeRun:
+    """Grade a predictions file against a dataset, writing swebench's logs and run report."""
+    from pomona.gym.sandboxes import shared_client
+
+    say = say or (lambda text: print(text, file=sys.stderr))
+    root = Path(log_root).resolve()
+    data = swe_datasets.load(dataset, split)
+    preds = (gold_predictions(data.instances) if predictions == "gold"
+             else swebench.load_predictions(predictions))
+    if not preds:
+        raise ValueError(f"{predictions} holds no predictions")
+    unknown = sorted(set(preds) - {i["instance_id"] for i in data.instances})
+    if unknown:
+        raise KeyError(f"predictions for instances not in {data.name}: {' '.join(unknown)}")
+    if instance_ids:
+        data.instances = swebench.select(data.instances, instance_ids, data.name)
+    by_id = {i["instance_id"]: i for i in data.instances}
+    preds = {k: v for k, v in preds.items() if k in by_id}
+    write_run_metadata(root, run_id, data.name, split)
+
+    outcomes: list[Outcome] = []
+    todo = []
+    for iid, pred in sorted(preds.items()):
+        done = swebench.log_dir_for(root, run_id, pred["model_name_or_path"], iid) / "report.json"
+        if not (pred.get("model_patch") or "").strip():
+            outcomes.append(Outcome(iid, "empty", "empty patch: not run"))
+        elif done.exists():
+            outcomes.append(Outcome(iid, "cached", f"already graded in run {run_id} ({done})"))
+        else:
+            todo.append((by_id[iid], pred))
+    unavailable = swe_images.ensure([inst for inst, _ in todo], build_images, say)
+    for inst, _ in todo:
+        if inst["instance_id"] in unavailable:
+            outcomes.append(Outcome(inst["instance_id"], "error", unavailable[inst["instance_id"]]))
+    todo = [(inst, p) for inst, p in todo if inst["instance_id"] not in unavailable]
+    if todo:
+        client = shared_client(runtime, state_dir)
+        say(f"grading {len(todo)} instance(s) with {min(max_workers, len(todo))} worker(s)")
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+            outcomes += pool.map(lambda job: _grade_one(client, *job, root, run_id, timeout), todo)
+        say(f"graded in {time.monotonic() - t0:.1f} s")
+    report = swebench.run_report(list(preds.values()), data.instances, run_id, root,
+                                 Path(report_dir).resolve())
+    model = next(iter(preds.values()))["model_name_or_path"]
+    report_path = Path(report_dir).resolve() / f"{model.replace('/', '__')}.{run_id}.json"
+    return GradeRun(run_id, report, report_path, sorted(outcomes, key=lambda o: o.instance_id))
+
+
+def summary(run: GradeRun) -> str:
+    r = run.report
+    lines = [f"{o.instance_id}: {o.status} - {o.message}" for o in run.outcomes
+             if o.status not in ("resolved",)]
+    lines.append(f"run {run.run_id}: {r['resolved_instances']}/{r['total_instances']} resolved, "
+                 f"{r['unresolved_instances']} unresolved, {r['empty_patch_instances']} empty, "
+                 f"{r['error_instances']} errors; report {run.report_path}")
+    return "\n".join(lines)
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+
+def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `grade` on a `pomona` subparsers object."""
+    p = subparsers.add_parser("grade", help="grade SWE-bench predictions like swebench's run_evaluation")
+    p.add_argument("-d", "--dataset", "--dataset_name", dest="dataset", required=True,
+                   help="a dataset name (verified, lite, multilingual, swe-gym, swe-smith, "
+                        "swe-rebench, or any hub id) or a path: task repo, .parquet, .jsonl, "
+                        ".json, saved dataset")
+    p.add_argument("-p", "--predictions", "--predictions_path", dest="predictions", required=True,
+                   help="predictions .jsonl / .json, or gold")
+    p.add_argument("-s", "--split", default="test")
+    p.add_argument("--run-id", "--run_id", "-id", dest="run_id",
+                   help="names the log directory (default: a new one)")
+    p.add_argument("--max-workers", "--max_workers", dest="max_workers", type=int, default=4)
+    p.add_argument("-i", "--instance-ids", "--instance_ids", dest="instance_ids", nargs="+")
+    p.add_argument("-t", "--timeout", type=float, default=1800, help="seconds per instance's tests")
+    p.add_argument("--report-dir", "--report_dir", dest="report_dir", default=".")
+    p.add_argument("--log-root", default=".", help="where logs/run_evaluation goes (default: here)")
+    p.add_argument("--runtime", default="local", help="local, docker, or an orchestrator URL")
+    p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
+    p.add_argument("--build-images", action="store_true",
+                   help="build each image from its task repo's Dockerfile (needs a Docker engine)")
+    p.set_defaults(func=_run_grade)
+    return p
+
+
+def _run_grade(args: argparse.Namespace) -> int:
+    from pomona.run import client_runtime
+
+    run_id = args.run_id or f"grade-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        run = evaluate(args.dataset, args.predictions, run_id, split=args.split,
+                       instance_ids=args.instance_ids, max_workers=args.max_workers,
+                       timeout=args.timeout, report_dir=args.report_dir, log_root=args.log_root,
+                       runtime=client_runtime(args.runtime), state_dir=args.state_dir,
+                       build_images=args.build_images)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        print(f"pomona grade: {str(e).strip(chr(39))}", file=sys.stderr)
+        return EXIT_NOT_GRADED
+    print(summary(run))
+    return run.exit_code
