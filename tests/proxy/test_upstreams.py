@@ -16,6 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 from proxy_helpers import ANTHROPIC_BASH, CHAT_BASH, COMMAND, calls, response_of
 
 from pomona.proxy import AppServer, ProxyConfig, ProxyServer
+from pomona.proxy.config import Timeouts
 
 # A vLLM-style answer carrying fields a translation would drop; the exact bytes must survive.
 VLLM_BODY = (
@@ -118,7 +119,7 @@ def front(runs, fake, scripted_upstream):
         _route("down", "openai/x", f"http://127.0.0.1:{free_port()}/v1"),
     ]
     with ProxyServer(
-        ProxyConfig.from_model_list(models, trajectories=runs, upstream_timeout=1.0)
+        ProxyConfig.from_model_list(models, trajectories=runs, timeouts=Timeouts(total=1.0))
     ) as p:
         yield p
 
@@ -222,7 +223,9 @@ def test_translation_chat_caller_to_anthropic_upstream(front, runs, scripted_ups
     )
     tc = got.choices[0].message.tool_calls[0]
     assert tc.function.name == "bash" and json.loads(tc.function.arguments) == {"command": COMMAND}
-    (row,) = calls(runs, 1)
+    rows = calls(runs, 1)
+    print([(r["status"], r["error"]) for r in rows])
+    (row,) = rows
     assert row["upstream"] == "litellm" and row["status"] == "ok"
 
 

@@ -38,7 +38,10 @@ def test_round_trip_schema_version_and_conversions(tmp_path):
             }
         )
     table = trajectories.read(tmp_path, "calls")
-    assert table.num_rows == 3 and table.schema.metadata[b"pomona.schema_version"] == b"1"
+    assert (
+        table.num_rows == 3
+        and table.schema.metadata[b"pomona.schema_version"] == trajectories.SCHEMA_VERSION.encode()
+    )
     assert table.column("prompt_token_ids").to_pylist()[0] == [1, 2, 3]
     df = trajectories.to_pandas(tmp_path, "calls")
     assert list(df["sequence"]) == [0, 1, 2]

@@ -7,10 +7,15 @@
           api_base: http://gpu:8000/v1
           api_key: os.environ/VLLM_KEY          # resolved from the environment at load
         model_info:
-          pomona: {dialects: [chat], token_ids: true}   # optional; defaults by provider
+          pomona:                               # optional; defaults by provider
+            dialects: [chat]                    # what the upstream speaks natively
+            token_ids: true                     # ask it for token ids and logprobs
+            timeouts: {connect: 5, read: 120, total: 900}   # seconds; null: no limit
+            kind: litellm                       # which upstream module serves it
 
 A caller whose dialect the upstream speaks natively is passed through unchanged; any other
-dialect is translated by LiteLLM.
+dialect is translated by LiteLLM. `kind` picks the module that talks to the upstream
+(`pomona.proxy.upstream.KINDS`); the default, `litellm`, does both of the above.
 """
 
 from __future__ import annotations
@@ -34,6 +39,37 @@ _NATIVE = {
 }
 _TOKEN_ID_PROVIDERS = ("hosted_vllm", "vllm", "sglang")
 _DEFAULT_BASES = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+DEFAULT_KIND = "litellm"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Upstream time limits in seconds (None: no limit). `read` bounds each wait for bytes, so a
+    stream that keeps sending never hits it; `total` bounds the whole call, stream included."""
+
+    connect: float | None = 10.0
+    read: float | None = 600.0
+    total: float | None = None
+
+    @classmethod
+    def parse(cls, value: Any, base: Timeouts | None = None) -> Timeouts:
+        """From {connect, read, total} (missing keys keep `base`'s), or one number for `total`."""
+        base = base or cls()
+        if value is None:
+            return base
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = {"total": value}
+        if not isinstance(value, dict) or set(value) - {"connect", "read", "total"}:
+            raise ValueError(
+                f"timeouts must be a number or {{connect, read, total}}, not {value!r}"
+            )
+        fields = {}
+        for name in ("connect", "read", "total"):
+            v = value.get(name, getattr(base, name))
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+                raise ValueError(f"timeout {name} must be a positive number of seconds, not {v!r}")
+            fields[name] = None if v is None else float(v)
+        return cls(**fields)
 
 
 def _resolve(value: Any) -> Any:
@@ -50,19 +86,26 @@ class ModelRoute:
     params: dict[str, Any]
     dialects: frozenset[str]
     token_ids: bool
+    timeouts: Timeouts = Timeouts()
+    kind: str = DEFAULT_KIND
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> ModelRoute:
+    def from_entry(cls, entry: dict[str, Any], timeouts: Timeouts | None = None) -> ModelRoute:
+        """One `model_list` entry; `timeouts` are the proxy-wide defaults it may override."""
+        name = entry.get("model_name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"model_list entry {entry!r} has no model_name")
         params = {k: _resolve(v) for k, v in (entry.get("litellm_params") or {}).items()}
-        if "model" not in params:
-            raise ValueError(
-                f"model_list entry {entry.get('model_name')!r} has no litellm_params.model"
-            )
+        if not isinstance(params.get("model"), str):
+            raise ValueError(f"model_list entry {name!r} has no litellm_params.model")
         provider = params["model"].split("/", 1)[0] if "/" in params["model"] else "openai"
         extra = ((entry.get("model_info") or {}).get("pomona")) or {}
         dialects = frozenset(extra.get("dialects", _NATIVE.get(provider, ())))
         token_ids = bool(extra.get("token_ids", provider in _TOKEN_ID_PROVIDERS))
-        return cls(entry["model_name"], params, dialects, token_ids)
+        limits = Timeouts.parse(params.pop("timeout", None), timeouts)  # LiteLLM's own key: total
+        limits = Timeouts.parse(extra.get("timeouts"), limits)
+        kind = str(extra.get("kind", DEFAULT_KIND))
+        return cls(name, params, dialects, token_ids, limits, kind)
 
     @property
     def provider(self) -> str:
@@ -70,9 +113,11 @@ class ModelRoute:
 
     @property
     def upstream_model(self) -> str:
-        """The model name the upstream itself expects (without LiteLLM's provider prefix)."""
+        """The model name the upstream itself expects (without LiteLLM's provider prefix, nor
+        its `responses/` bridge marker)."""
         m = self.params["model"]
-        return m.split("/", 1)[1] if "/" in m else m
+        m = m.split("/", 1)[1] if "/" in m else m
+        return m.removeprefix("responses/")
 
     def path_for(self, dialect: str) -> str:
         """How a call in `dialect` reaches this upstream: unchanged, or translated by LiteLLM."""
@@ -90,14 +135,15 @@ class ProxyConfig:
     trajectories: Path | None = None  # None: record nothing (e.g. a standalone scripted upstream)
     public_url: str | None = None  # how clients reach the proxy; default: the request's own host
     max_body_bytes: int = 32 * 1024 * 1024
-    connect_timeout: float = 10.0
-    upstream_timeout: float = 600.0
+    timeouts: Timeouts = Timeouts()  # defaults for every route; a route's model_info overrides
     default_script: list[str] = field(default_factory=list)  # scripted answers outside any episode
     durable: bool = False  # fsync every recorded call
+    api_keys: dict[str, str] = field(default_factory=dict)  # name -> key; empty: no auth
 
     @classmethod
     def from_model_list(cls, model_list: list[dict[str, Any]], **kwargs: Any) -> ProxyConfig:
-        return cls(models=[ModelRoute.from_entry(e) for e in model_list], **kwargs)
+        timeouts = kwargs.get("timeouts") or Timeouts()
+        return cls(models=[ModelRoute.from_entry(e, timeouts) for e in model_list], **kwargs)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str] | None, **kwargs: Any) -> ProxyConfig:

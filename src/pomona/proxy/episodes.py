@@ -21,7 +21,7 @@ def utcnow() -> datetime:
 class Episode:
     key: str
     model: str | None = None  # overrides the model the client asks for; None: use the client's
-    script: list[str] = field(default_factory=list)
+    script: list[str | list[str]] = field(default_factory=list)  # a list: parallel calls
     metadata: dict[str, Any] = field(default_factory=dict)
     final: str = "done"  # the scripted model's last message
     tool_less_is_side: bool = True  # False: tool-less calls are policy turns (text protocols)
@@ -94,10 +94,10 @@ class Episodes:
     def get(self, key: str) -> Episode | None:
         return self._by_key.get(key)
 
-    def close(self, key: str) -> Episode:
+    def close(self, key: str, when: datetime | None = None) -> Episode:
         ep = self._by_key[key]
         if ep.closed_at is None:
-            ep.closed_at = utcnow()
+            ep.closed_at = when or utcnow()
         if ep.policy is not None:
             ep.policy.close()
         return ep

@@ -4,50 +4,77 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pomona.proxy.dialects import Dialect, TokenData
+from pomona.proxy.capture import Exchange
+from pomona.proxy.dialects import DIALECTS, Dialect, TokenData
 from pomona.proxy.episodes import Episode, utcnow
-from pomona.trajectories.redact import redact_body, redact_headers
+from pomona.trajectories.redact import (
+    Scrubber,
+    redact_body,
+    redact_headers,
+    redact_url,
+    redact_value,
+)
 from pomona.trajectories.writer import TrajectoryWriter
+
+_BODIES = (
+    "response",
+    "response_stream",
+    "client_response",
+    "upstream_request",
+    "upstream_response",
+)
+_TEXT_COLUMNS = (
+    "request_headers", "request", "response", "response_stream", "client_response", "error",
+    "upstream_url", "upstream_request_headers", "upstream_request", "upstream_response_headers",
+    "upstream_response",
+)  # fmt: skip
 
 
 class Recorder:
-    """The proxy's two trajectory writers; a no-op when no directory is configured."""
+    """The proxy's two trajectory writers; a no-op when no directory is configured.
 
-    def __init__(self, directory: Path | None, durable: bool = False):
+    `secrets` are values the proxy itself holds (upstream keys, its own API keys): they are
+    blanked wherever they would appear in a row.
+    """
+
+    def __init__(self, directory: Path | None, durable: bool = False, secrets: Iterable[str] = ()):
         self.calls = TrajectoryWriter(directory, "calls", durable=durable) if directory else None
         self.episodes = (
             TrajectoryWriter(directory, "episodes", durable=durable) if directory else None
         )
+        self.secrets = [s for s in secrets if isinstance(s, str)]
 
     def close(self) -> None:
         for w in (self.calls, self.episodes):
             if w:
                 w.close()
 
-    def episode(self, ep: Episode, outcome: dict[str, Any]) -> None:
+    def episode(self, ep: Episode, outcome: dict[str, Any], ended_at: Any) -> None:
+        """Write the `episodes` row; raises (and writes nothing) if the row is malformed."""
         if not self.episodes:
             return
-        meta = dict(ep.metadata)
-        known = {
-            k: meta.pop(k)
-            for k in list(meta)
-            if k in self.episodes.schema.names and k != "metadata"
-        }
+        scrub = Scrubber(self.secrets)
+        meta, _ = redact_value(dict(ep.metadata), scrub)
+        known = {k: meta.pop(k) for k in list(meta) if k in self.episodes.schema.names}
+        known.pop("metadata", None)
         row = {
             "model": ep.model,
             **known,
-            **{k: v for k, v in outcome.items() if k in self.episodes.schema.names},
+            **outcome,
             "episode": ep.key,
-            "metadata": json.dumps(meta),
+            "metadata": scrub.scrub(json.dumps(meta)),
             "num_calls": ep.calls,
             "started_at": ep.opened_at,
-            "ended_at": ep.closed_at or utcnow(),
+            "ended_at": ended_at,
         }
-        row.setdefault("failure_kind", "none")
+        for k in ("failure_message", "run", "benchmark", "task", "harness", "runtime"):
+            if isinstance(row.get(k), str):
+                row[k] = scrub.scrub(row[k])
         self.episodes.write(row)
 
 
@@ -63,24 +90,26 @@ class Call:
     row: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
     finished: bool = False
+    exchange: Exchange | None = None  # the upstream HTTP exchange, once one is made
+    upstream_dialect: str | None = None
 
     def __post_init__(self) -> None:
+        self.scrubber = Scrubber(self.recorder.secrets)
         self.row.update(
             call_id=f"{time.time_ns():x}-{id(self):x}",
             episode=self.episode.key if self.episode else None,
             dialect=self.dialect.name,
             path=self.path,
-            request_headers=json.dumps(redact_headers(self.headers)),
+            request_headers=json.dumps(redact_headers(self.headers, self.scrubber)),
             started_at=utcnow(),
         )
 
     def request(self, raw: bytes, body: Any = None, *, side: bool | None = None) -> None:
         text = raw.decode("utf-8", "replace")
-        self.row["request"] = redact_body(text, body)
+        self.row["request"] = redact_body(text, body, self.scrubber)
         if isinstance(body, dict):
-            self.row["requested_model"] = (
-                body.get("model") if isinstance(body.get("model"), str) else None
-            )
+            model = body.get("model")
+            self.row["requested_model"] = model if isinstance(model, str) else None
             self.row["stream"] = self.dialect.is_stream(body)
         if side is not None and self.episode:
             self.row["side"] = side
@@ -88,8 +117,9 @@ class Call:
         elif side is not None:
             self.row["side"] = side
 
-    def route(self, model: str | None, upstream: str) -> None:
-        self.row.update(model=model, upstream=upstream)
+    def route(self, model: Any, upstream: str | None, upstream_dialect: str | None = None) -> None:
+        self.row.update(model=model if isinstance(model, str) else None, upstream=upstream)
+        self.upstream_dialect = upstream_dialect
 
     def first_byte(self) -> None:
         self.row.setdefault("ttfb_ms", (time.perf_counter() - self.t0) * 1000)
@@ -104,10 +134,12 @@ class Call:
         stream_text: str | None = None,
         error: str | None = None,
     ) -> None:
+        """Write the row. `response` is the whole body sent, `stream_text` the SSE text sent."""
         if self.finished:
             return
         self.finished = True
         self.first_byte()
+        client = stream_text if stream_text is not None else response
         if response is None and final is not None:
             response = json.dumps(final, ensure_ascii=False)
         self.row.update(
@@ -115,18 +147,55 @@ class Call:
             status_code=status_code,
             response=response,
             response_stream=stream_text,
+            client_response=client,
             error=error,
             ended_at=utcnow(),
             latency_ms=(time.perf_counter() - self.t0) * 1000,
         )
+        self._upstream()
         if isinstance(final, dict) and status == "ok":
             self._tokens(final)
+        self._redact()
         if self.recorder.calls:
             self.recorder.calls.write(self.row)
+
+    def _upstream(self) -> None:
+        ex = self.exchange
+        if ex is None or ex.url is None:
+            return
+        self.row.update(
+            upstream_dialect=self.upstream_dialect,
+            upstream_url=redact_url(ex.url, self.scrubber),
+            upstream_request_headers=json.dumps(redact_headers(ex.request_headers, self.scrubber)),
+            upstream_request=ex.request_body.decode("utf-8", "replace"),
+            upstream_status_code=ex.status,
+            upstream_response_headers=(
+                json.dumps(redact_headers(ex.response_headers, self.scrubber))
+                if ex.status is not None
+                else None
+            ),
+            upstream_response=(
+                ex.response_body.decode("utf-8", "replace") if ex.status is not None else None
+            ),
+        )
+
+    def _upstream_final(self) -> dict[str, Any] | None:
+        """The upstream's own final answer, parsed in the dialect it was spoken in."""
+        ex, name = self.exchange, self.upstream_dialect
+        if ex is None or ex.status is None or name not in DIALECTS:
+            return None
+        if "text/event-stream" in ex.response_headers.get("content-type", ""):
+            return DIALECTS[name].assemble(ex.frames())
+        data = ex.response_json()
+        return data if isinstance(data, dict) else None
 
     def _tokens(self, final: dict[str, Any]) -> None:
         self.row["usage"] = self.dialect.usage(final)
         tokens: TokenData = self.dialect.token_data(final)
+        if tokens.prompt_ids is None and self.row.get("upstream") != "passthrough":
+            upstream = self._upstream_final()
+            if upstream is not None:
+                tokens = DIALECTS[self.upstream_dialect].token_data(upstream)  # type: ignore[index]
         self.row.update(
             prompt_token_ids=tokens.prompt_ids,
             completion_token_ids=tokens.completion_ids,
@@ -135,3 +204,11 @@ class Call:
         if self.episode and self.row.get("side") is False:
             verdict = self.episode.judge_tokens(tokens)
             self.row.update(token_faithful=verdict.faithful, token_faithful_reason=verdict.reason)
+
+    def _redact(self) -> None:
+        """Secrets by name in every body, then every secret value seen blanked everywhere."""
+        for k in _BODIES:  # JSON bodies, or SSE texts (redact_body tells them apart)
+            if self.row.get(k):
+                self.row[k] = redact_body(self.row[k], None, self.scrubber)
+        for k in _TEXT_COLUMNS:
+            self.row[k] = self.scrubber.scrub(self.row.get(k))

@@ -42,23 +42,36 @@ class Parser:
         self._buf = b""
 
     def feed(self, chunk: bytes) -> tuple[list[Frame], bytes]:
-        self._buf += chunk
-        lf, crlf = self._buf.rfind(b"\n\n"), self._buf.rfind(b"\r\n\r\n")
-        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        whole, self._buf = self._buf[:end], self._buf[end:]
-        frames = []
-        for raw in whole.replace(b"\r\n", b"\n").split(b"\n\n"):
-            event, data = None, []
-            for line in raw.decode("utf-8", "replace").split("\n"):
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].removeprefix(" "))
-            if data or event:
-                frames.append(Frame(event, "\n".join(data)))
-        return frames, whole
+        """The frames completed by `chunk`, and their raw bytes."""
+        events = self.events(chunk)
+        return [f for _, f in events if f is not None], b"".join(raw for raw, _ in events)
+
+    def events(self, chunk: bytes) -> list[tuple[bytes, Frame | None]]:
+        """Each event completed by `chunk`: its raw bytes (separator included) and its frame
+        (None for an event with neither data nor an event name, such as a comment)."""
+        buf = self._buf + chunk
+        out, start = [], 0
+        while True:
+            lf, crlf = buf.find(b"\n\n", start), buf.find(b"\r\n\r\n", start)
+            ends = [i + n for i, n in ((lf, 2), (crlf, 4)) if i >= 0]
+            if not ends:
+                self._buf = buf[start:]
+                return out
+            end = min(ends)
+            out.append((buf[start:end], _frame(buf[start:end])))
+            start = end
 
     @property
     def pending(self) -> bytes:
         """Bytes of an event not yet finished (dropped if the stream ends here)."""
         return self._buf
+
+
+def _frame(raw: bytes) -> Frame | None:
+    event, data = None, []
+    for line in raw.decode("utf-8", "replace").replace("\r\n", "\n").split("\n"):
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    return Frame(event, "\n".join(data)) if data or event else None

@@ -1,234 +1,175 @@
-"""Calling real upstreams: byte-for-byte pass-through when dialects match, LiteLLM otherwise.
+"""The upstream layer: which module serves a model, under one set of time limits.
 
-Pass-through keeps what a translation would lose (token ids, logprobs, reasoning items, unknown
-tool types); LiteLLM is imported only when a translating route is first used, since importing
-it costs seconds.
+An upstream *kind* is one module that turns a caller's request into an `Outcome` (a whole
+body or a byte stream in the caller's dialect). A route names its kind in the model list
+(`model_info.pomona.kind`); the default, `litellm`, passes a call through unchanged when the
+upstream speaks the caller's dialect (`passthrough.py`) and translates it with LiteLLM
+otherwise (`translation.py`). To add a kind:
+
+    from pomona.proxy.upstream import Outcome, UpstreamCall, register_kind
+
+    class MyUpstream:
+        def __init__(self, config: ProxyConfig): ...
+        async def call(self, call: UpstreamCall) -> Outcome: ...   # raise UpstreamError on failure
+        async def aclose(self) -> None: ...
+
+    register_kind("mine", MyUpstream)          # routes with model_info.pomona.kind: mine
+
+Whatever the kind, the proxy records the upstream HTTP exchange (`capture.py`), applies the
+route's total time limit to the whole call, stream included, and cancels the call when the
+client leaves.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import httpx
+import anyio
 
-from pomona.proxy.config import ModelRoute, ProxyConfig
+from pomona.proxy.config import ModelRoute, ProxyConfig, Timeouts
 from pomona.proxy.dialects import Dialect
-from pomona.proxy.sse import dumps, frame
+from pomona.proxy.errors import UpstreamError, timed_out
+
+__all__ = [
+    "KINDS",
+    "Outcome",
+    "Upstream",
+    "UpstreamCall",
+    "UpstreamError",
+    "Upstreams",
+    "register_kind",
+]
 
 
-class UpstreamError(Exception):
-    """The upstream could not be reached or did not answer in time."""
+@dataclass
+class UpstreamCall:
+    """One caller request bound for a route."""
 
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    route: ModelRoute
+    dialect: Dialect  # the caller's
+    raw: bytes  # the body exactly as the caller sent it
+    body: dict[str, Any]
+    headers: dict[str, str]
+    query: str = ""
 
 
 @dataclass
 class Outcome:
-    """An upstream's answer: a whole body, or a byte stream to relay."""
+    """An answer in the caller's dialect: a whole body, or a byte stream to relay."""
 
     status: int
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     close: Callable[[], Awaitable[None]] | None = None
     content_type: str = "application/json"
-    upstream: str = "passthrough"
-    headers: dict[str, str] = field(default_factory=dict)
+    upstream: str = "passthrough"  # recorded in `calls.upstream`
+    upstream_dialect: str | None = None  # the dialect spoken on the upstream wire, if any
+    headers: dict[str, str] = field(default_factory=dict)  # passed on to the client
 
 
-_HOP_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "connection",
-        "transfer-encoding",
-        "accept-encoding",
-        "keep-alive",
-        "te",
-        "upgrade",
-    }
-)
-_AUTH_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
-_PATHS = {"chat": "/chat/completions", "responses": "/responses", "anthropic": "/v1/messages"}
+class Upstream(Protocol):
+    """A kind may also define `async def warm(call)`: one-time set-up (imports, model loads)
+    awaited before the call's time limits start."""
+
+    async def call(self, call: UpstreamCall) -> Outcome: ...
+
+    async def aclose(self) -> None: ...
 
 
-def _url(route: ModelRoute, dialect: str) -> str:
-    base = route.api_base
-    if dialect == "anthropic":
-        base = base.removesuffix("/v1")
-    return base + _PATHS[dialect]
+KINDS: dict[str, Callable[[ProxyConfig], Upstream]] = {}
 
 
-def _headers(route: ModelRoute, dialect: str, incoming: dict[str, str]) -> dict[str, str]:
-    key = route.params.get("api_key")
-    out = {
-        k: v
-        for k, v in incoming.items()
-        if k.lower() not in _HOP_HEADERS and not (key and k.lower() in _AUTH_HEADERS)
-    }
-    if key and dialect == "anthropic":
-        out["x-api-key"] = key
-    elif key:
-        out["authorization"] = f"Bearer {key}"
-    if dialect == "anthropic":
-        out.setdefault("anthropic-version", "2023-06-01")
-    return out
+def register_kind(name: str, factory: Callable[[ProxyConfig], Upstream]) -> None:
+    """Make `model_info.pomona.kind: NAME` routes be served by `factory(config)`."""
+    KINDS[name] = factory
 
 
-def _body(route: ModelRoute, dialect: str, raw: bytes, body: dict[str, Any]) -> bytes:
-    """The raw body, touched only to rename the model or to ask for token ids."""
-    changes: dict[str, Any] = {}
-    if body.get("model") != route.upstream_model:
-        changes["model"] = route.upstream_model
-    if route.token_ids and dialect == "chat":
-        if not body.get("return_token_ids"):
-            changes["return_token_ids"] = True
-        if body.get("logprobs") is None:
-            changes["logprobs"] = True
-    return dumps({**body, **changes}).encode() if changes else raw
+class ProviderUpstream:
+    """The default kind: pass-through for the route's native dialects, LiteLLM for the rest."""
+
+    def __init__(self, config: ProxyConfig):
+        from pomona.proxy.passthrough import Passthrough
+
+        self.passthrough = Passthrough()
+
+    async def warm(self, call: UpstreamCall) -> None:
+        """Import LiteLLM (seconds) off the event loop, before any time limit runs."""
+        if call.route.path_for(call.dialect.name) != "passthrough":
+            from pomona.proxy.translation import import_litellm
+
+            await anyio.to_thread.run_sync(import_litellm)
+
+    async def call(self, call: UpstreamCall) -> Outcome:
+        if call.route.path_for(call.dialect.name) == "passthrough":
+            return await self.passthrough.call(call)
+        from pomona.proxy.translation import translate
+
+        return await translate(call)
+
+    async def aclose(self) -> None:
+        await self.passthrough.aclose()
+
+
+register_kind("litellm", ProviderUpstream)
 
 
 class Upstreams:
+    """The kinds in use by one proxy, created on first use, and the total time limit."""
+
     def __init__(self, config: ProxyConfig):
         self.config = config
-        timeout = httpx.Timeout(config.upstream_timeout, connect=config.connect_timeout)
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self._kinds: dict[str, Upstream] = {}
+
+    def _kind(self, route: ModelRoute) -> Upstream:
+        if route.kind not in self._kinds:
+            if route.kind not in KINDS:
+                raise UpstreamError(
+                    500, f"model {route.name!r} names unknown upstream kind {route.kind!r}"
+                )
+            self._kinds[route.kind] = KINDS[route.kind](self.config)
+        return self._kinds[route.kind]
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        for kind in self._kinds.values():
+            await kind.aclose()
 
-    async def call(
-        self,
-        route: ModelRoute,
-        dialect: Dialect,
-        raw: bytes,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        query: str,
-    ) -> Outcome:
-        if route.path_for(dialect.name) == "passthrough":
-            return await self.passthrough(route, dialect, raw, body, headers, query)
-        return await translate(route, dialect, body)
-
-    async def passthrough(
-        self,
-        route: ModelRoute,
-        dialect: Dialect,
-        raw: bytes,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        query: str,
-    ) -> Outcome:
-        url = _url(route, dialect.name) + (f"?{query}" if query else "")
-        request = self.client.build_request(
-            "POST",
-            url,
-            content=_body(route, dialect.name, raw, body),
-            headers=_headers(route, dialect.name, headers),
-        )
+    async def call(self, call: UpstreamCall) -> Outcome:
+        kind = self._kind(call.route)
+        warm = getattr(kind, "warm", None)
+        if warm is not None:
+            await warm(call)
+        limits = call.route.timeouts
+        deadline = anyio.current_time() + (limits.total or math.inf)
         try:
-            response = await self.client.send(request, stream=True)
-        except httpx.TimeoutException as e:
-            raise UpstreamError(504, f"upstream {route.name} timed out: {e!r}") from e
-        except httpx.HTTPError as e:
-            raise UpstreamError(502, f"upstream {route.name} unreachable: {e!r}") from e
-        content_type = response.headers.get("content-type", "application/json")
-        if response.status_code >= 400 or "text/event-stream" not in content_type:
+            with anyio.fail_after(limits.total):
+                outcome = await kind.call(call)
+        except TimeoutError:
+            raise timed_out(call.route.name, f"no answer within {limits.total:g} s") from None
+        if outcome.stream is not None and limits.total is not None:
+            outcome.stream = _until(outcome.stream, deadline, call.route.name, limits)
+        return outcome
+
+
+async def _until(
+    stream: AsyncIterator[bytes], deadline: float, name: str, limits: Timeouts
+) -> AsyncIterator[bytes]:
+    """The stream, cut with a timeout error once the route's total time is spent."""
+    it = aiter(stream)
+    try:
+        while True:
             try:
-                data = await response.aread()
-            except httpx.HTTPError as e:
-                raise UpstreamError(
-                    502, f"upstream {route.name} broke off its answer: {e!r}"
-                ) from e
-            finally:
-                await response.aclose()
-            return Outcome(response.status_code, data, content_type=content_type)
-        return Outcome(
-            response.status_code,
-            stream=_relay(response, route.name),
-            close=response.aclose,
-            content_type=content_type,
-        )
-
-
-async def _relay(response: httpx.Response, name: str) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in response.aiter_raw():
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    chunk = await anext(it)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise timed_out(name, f"stream not done within {limits.total:g} s") from None
             yield chunk
-    except httpx.TimeoutException as e:
-        raise UpstreamError(504, f"upstream {name} stream timed out: {e!r}") from e
-    except httpx.HTTPError as e:
-        raise UpstreamError(502, f"upstream {name} stream broke off: {e!r}") from e
-
-
-# --- translation through LiteLLM ---------------------------------------------------------------
-
-_litellm: Any = None
-
-
-def _import_litellm() -> Any:
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch it from GitHub
-        import litellm
-
-        litellm.suppress_debug_info = True
-        litellm.drop_params = True  # a field the target provider lacks is dropped, not an error
-        _litellm = litellm
-    return _litellm
-
-
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json", exclude_none=True)
-    return obj
-
-
-async def translate(route: ModelRoute, dialect: Dialect, body: dict[str, Any]) -> Outcome:
-    """Serve a caller's dialect from an upstream that speaks another one, via LiteLLM."""
-    litellm = _import_litellm()
-    stream = dialect.is_stream(body)
-    kwargs = {k: v for k, v in body.items() if k not in ("model", "stream")}
-    kwargs.update({k: v for k, v in route.params.items() if k != "model"})
-    call = {
-        "chat": litellm.acompletion,
-        "responses": litellm.aresponses,
-        "anthropic": litellm.anthropic.messages.acreate,
-    }[dialect.name]
-    try:
-        result = await call(model=route.params["model"], stream=stream, **kwargs)
-    except Exception as e:  # LiteLLM maps provider failures to exceptions with a status code
-        status = getattr(e, "status_code", None) or 502
-        raise UpstreamError(
-            status if isinstance(status, int) else 502, f"{type(e).__name__}: {e}"
-        ) from e
-    if not stream:
-        return Outcome(200, json.dumps(_dump(result)).encode(), upstream="litellm")
-    return Outcome(
-        200, stream=_frames(result, dialect), content_type="text/event-stream", upstream="litellm"
-    )
-
-
-async def _frames(result: Any, dialect: Dialect) -> AsyncIterator[bytes]:
-    """LiteLLM yields SSE bytes for some routes and chunk objects for others; emit SSE either way."""
-    try:
-        async for item in result:
-            if isinstance(item, bytes | str):
-                yield item.encode() if isinstance(item, str) else item
-                continue
-            data = _dump(item)
-            event = data.get("type") if dialect.name != "chat" and isinstance(data, dict) else None
-            yield frame(data, event)
-    except Exception as e:
-        raise UpstreamError(
-            getattr(e, "status_code", None) or 502, f"{type(e).__name__}: {e}"
-        ) from e
-    if dialect.name == "chat":
-        yield frame("[DONE]")
+    finally:
+        close = getattr(it, "aclose", None)
+        if close is not None:
+            with anyio.CancelScope(shield=True):
+                await close()

@@ -76,9 +76,22 @@ def _read_stream(path: Path, schema: pa.Schema) -> tuple[list[pa.RecordBatch], F
     rows = sum(b.num_rows for b in batches)
     dropped = size - good_end if error else 0
     # A stream without its end-of-stream marker (a live or killed writer) is still whole.
-    return [b.cast(schema) if b.schema != schema else b for b in batches], FileReport(
+    return [_conform(b, schema) for b in batches], FileReport(
         str(path), rows, error is None, dropped, error
     )
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch in the current layout: columns an older schema version lacks are null."""
+    if batch.schema == schema:
+        return batch
+    columns = [
+        batch.column(f.name).cast(f.type)
+        if f.name in batch.schema.names
+        else pa.nulls(batch.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def read_with_report(
@@ -90,7 +103,8 @@ def read_with_report(
     report = ReadReport(table)
     parts: list[pa.Table] = []
     for path in _files(directory, table, ".parquet"):
-        t = pq.read_table(path, schema=schema)
+        t = pq.read_table(path)
+        t = pa.Table.from_batches([_conform(b, schema) for b in t.to_batches()], schema=schema)
         parts.append(t)
         report.files.append(FileReport(str(path), t.num_rows, True))
     for path in _files(directory, table, SUFFIX):

@@ -1,14 +1,32 @@
 """Versioned Arrow schemas of the two trajectory tables, `calls` and `episodes`.
 
 The version travels in each file's schema metadata, so a reader can tell which layout a file
-was written with long after the writer is gone.
+was written with long after the writer is gone. Versions only add columns; a reader fills the
+columns an older file lacks with nulls.
+
+A `calls` row holds the four bodies of a call, as text (UTF-8; JSON for whole bodies, the SSE
+text for streams), secrets redacted:
+
+| body | column | note |
+|---|---|---|
+| what the client sent | `request` | byte for byte |
+| what the proxy sent upstream | `upstream_request` | renamed model, added fields, the translation |
+| what the upstream answered | `upstream_response` | content-decoded (gzip...), whole or as streamed |
+| what the client got | `client_response` | byte for byte, whole or as streamed |
+
+`upstream_*` columns are null when no upstream was called (the scripted model, a policy, a
+refused request). Token ids and logprobs come from the upstream's own answer whenever it has
+them, so a translated call keeps them even though the client's dialect cannot carry them.
+
+Version history: 1, the first layout; 2 adds `client_response`, the `upstream_*` columns and
+`upstream_dialect`.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 FAILURE_KINDS = ("none", "sandbox", "harness", "proxy", "upstream", "verifier", "timeout")
 """Why an episode did not produce a trustworthy reward. Infra failures are data, never a 0."""
@@ -53,6 +71,14 @@ CALLS = _schema(
         pa.field("request", pa.string()),  # raw JSON body as received, secrets redacted
         pa.field("response", pa.string()),  # JSON body; for streams, the assembled final object
         pa.field("response_stream", pa.string()),  # raw SSE text as sent to the client
+        pa.field("client_response", pa.string()),  # the bytes the client got, streamed or not
+        pa.field("upstream_dialect", pa.string()),  # chat | responses | anthropic on the wire
+        pa.field("upstream_url", pa.string()),
+        pa.field("upstream_request_headers", pa.string()),  # JSON, secrets redacted
+        pa.field("upstream_request", pa.string()),  # the body sent upstream
+        pa.field("upstream_status_code", pa.int32()),
+        pa.field("upstream_response_headers", pa.string()),  # JSON
+        pa.field("upstream_response", pa.string()),  # the upstream's answer, content-decoded
         pa.field("status", pa.string()),  # one of CALL_STATUSES
         pa.field("status_code", pa.int32()),
         pa.field("error", pa.string()),

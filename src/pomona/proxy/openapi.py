@@ -1,0 +1,46 @@
+"""The proxy's OpenAPI document: its routes, with the request schemas of `schemas.py`.
+
+The model routes read their bodies raw (byte-faithful recording), so FastAPI cannot infer their
+schemas; each route names its schema here and `build` adds the schemas to the document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from pomona.proxy import schemas
+
+_MODELS = [
+    schemas.ChatRequest,
+    schemas.ResponsesRequest,
+    schemas.AnthropicRequest,
+    schemas.CountTokensRequest,
+    schemas.EpisodeSpec,
+    schemas.EpisodeOutcome,
+    schemas.PolicyReply,
+]
+_REF = "#/components/schemas/{model}"
+
+
+def body(name: str, required: bool = True) -> dict[str, Any]:
+    """`openapi_extra` for a route whose JSON body is the schema `name`."""
+    schema = {"$ref": _REF.format(model=name)}
+    return {
+        "requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}
+    }
+
+
+def build(app: FastAPI) -> dict[str, Any]:
+    """The document, built once per app."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version="1", routes=app.routes)
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+        for model in _MODELS:
+            schema = model.model_json_schema(ref_template=_REF)
+            components.update(schema.pop("$defs", {}))
+            components[model.__name__] = schema
+        app.openapi_schema = doc
+    return app.openapi_schema
