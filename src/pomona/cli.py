@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.benchmarks.grade import add_grade_parser
     from pomona.benchmarks.leaderboard import add_leaderboard_parser
     from pomona.benchmarks.swe_tasks import add_tasks_parser
+    from pomona.deploy import add_deploy_parser
     from pomona.harnesses.cli import add_harnesses_parser
     from pomona.orchestrator.server.app import add_serve_parser
     from pomona.proxy.cli import add_proxy_parser
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_leaderboard_parser(sub)
     add_view_parser(sub)
+    add_deploy_parser(sub)
     add_grade_parser(sub)
     return parser
 

@@ -593,7 +593,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p = subparsers.add_parser("serve", help="run the sandbox service (REST API)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--runtime", default="local", choices=["local", "docker", "podman"])
+    p.add_argument("--runtime", default="local", choices=["local", "docker", "podman", "kubernetes"])
     p.add_argument("--state-dir", default="/var/lib/pomona", help="sandboxes and the SQLite store")
     p.add_argument("--redis", metavar="URL", help="share state with other replicas through Redis")
     p.add_argument("--max-creates", type=int, default=32, help="concurrent creates before queueing")

@@ -205,8 +205,12 @@ class KubernetesRuntime:
     ) -> Any:
         """A blocking client call off the loop; 404 is None when missing_ok; RBAC refusals and
         an unreachable API server become RuntimeUnavailable saying which."""
+        import urllib3
+
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RuntimeUnavailable(f"the API server is unreachable: {e}") from None
         except self._api as e:
             if e.status == 404 and missing_ok:
                 return None

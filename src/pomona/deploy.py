@@ -1,0 +1,595 @@
+"""`pomona deploy render`: every Kubernetes object a Pomona deployment needs, from one set of
+values, as YAML for `kubectl apply -f -`.
+
+Two namespaces. `pomona` holds the orchestrator (replicas behind a Service, a
+PodDisruptionBudget and a HorizontalPodAutoscaler), the recording proxy, and Redis (password
+from a Secret, `noeviction`, append-only file on a PersistentVolumeClaim). The sandbox namespace
+holds nothing but sandbox pods: a default-deny NetworkPolicy, and the only Role the
+orchestrator gets — pods, exec, port-forward, NetworkPolicies and VolumeSnapshots there and
+nowhere else (no ClusterRole at all). Secrets are referenced, never rendered: API keys, the Redis
+password and upstream model keys are created by the operator (docs/kubernetes.md says how).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from pomona.orchestrator.runtimes.kubernetes.objects import APP_LABEL
+
+PART_OF = "app.kubernetes.io/part-of"
+
+
+@dataclass
+class Values:
+    """What an operator sets (YAML keys of the same names in --values)."""
+
+    namespace: str = "pomona"
+    sandbox_namespace: str = "pomona-sandboxes"
+    image: str = "pomona/pomona:latest"  # orchestrator, proxy and the in-pod gate
+    tools_image: str = "pomona/tools:latest"  # the harness payload
+    redis_image: str = "redis:7.2"
+    replicas: int = 3
+    max_replicas: int = 10
+    proxy_replicas: int = 2
+    orchestrator_cpu: str = "2"
+    orchestrator_memory: str = "4Gi"
+    proxy_cpu: str = "2"
+    proxy_memory: str = "4Gi"
+    redis_storage: str = "10Gi"
+    storage_class: str | None = None  # for Redis' claim; None: the cluster default
+    shared_storage_class: str | None = None  # ReadWriteMany, for trajectories and snapshots
+    shared_storage: str = "100Gi"
+    trajectories: str | None = None  # an object store URI (s3://...); None: the shared volume
+    snapshot_store: str | None = None  # likewise, for tar snapshots of workspaces
+    runtime_class: str | None = None  # gvisor / kata for sandbox pods
+    payload: str = "init-copy"  # or image-volume (Kubernetes >= 1.33)
+    allow_root: bool = True
+    workspace_storage_class: str | None = None
+    snapshot_class: str | None = None
+    sandbox_node_selector: dict[str, str] = field(default_factory=dict)
+    service_type: str = "ClusterIP"  # LoadBalancer to expose the API (put TLS in front)
+
+    @classmethod
+    def load(cls, path: Path | None, overrides: dict[str, Any]) -> Values:
+        data: dict[str, Any] = {}
+        if path:
+            import yaml
+
+            data = yaml.safe_load(path.read_text()) or {}
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SystemExit(
+                f"unknown values: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+
+def _meta(name: str, namespace: str | None, component: str, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {APP_LABEL: name, PART_OF: "pomona", "app.kubernetes.io/component": component},
+    }
+    if namespace:
+        meta["namespace"] = namespace
+    meta.update(extra)
+    return meta
+
+
+def _restricted(uid: int) -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _env(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> dict[str, Any]:
+    return {
+        "name": name,
+        "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": optional}},
+    }
+
+
+def _deployment(
+    v: Values,
+    name: str,
+    replicas: int,
+    args: list[str],
+    port: int,
+    env: list[dict[str, Any]],
+    cpu: str,
+    memory: str,
+    mounts: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    service_account: str | None,
+) -> dict[str, Any]:
+    selector = {APP_LABEL: name}
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": service_account is not None,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": selector},
+            }
+        ],
+        "containers": [
+            {
+                "name": name,
+                "image": v.image,
+                "args": args,
+                "env": env,
+                "ports": [{"name": "http", "containerPort": port}],
+                "readinessProbe": {
+                    "httpGet": {"path": "/health", "port": port},
+                    "periodSeconds": 5,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": "/health", "port": port},
+                    "periodSeconds": 10,
+                    "failureThreshold": 6,
+                },
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": memory},
+                    "limits": {"memory": memory},
+                },
+                "securityContext": _restricted(10001),
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *mounts],
+            }
+        ],
+        "volumes": [{"name": "tmp", "emptyDir": {}}, *volumes],
+    }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, v.namespace, name),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": _meta(name, None, name)["labels"]},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def _service(v: Values, name: str, port: int, kind: str = "ClusterIP") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, v.namespace, name),
+        "spec": {
+            "type": kind,
+            "selector": {APP_LABEL: name},
+            "ports": [
+                {"name": "http" if port != 6379 else "redis", "port": port, "targetPort": port}
+            ],
+        },
+    }
+
+
+def _pdb(v: Values, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(name, v.namespace, name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {APP_LABEL: name}}},
+    }
+
+
+def _policy(
+    name: str, namespace: str, selector: dict[str, str], ingress: list[Any], egress: list[Any]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(name, namespace, "network"),
+        "spec": {
+            "podSelector": {"matchLabels": selector} if selector else {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
+        },
+    }
+
+
+def _from(namespace: str, app: str | None = None) -> dict[str, Any]:
+    peer: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    }
+    if app:
+        peer["podSelector"] = {"matchLabels": {APP_LABEL: app}}
+    return peer
+
+
+DNS = {
+    "to": [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ],
+    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+}
+SANDBOX_RULES = [  # everything the orchestrator may do, and only in the sandbox namespace
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["create", "get"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["create", "get", "list", "delete"],
+    },
+    {
+        "apiGroups": ["snapshot.storage.k8s.io"],
+        "resources": ["volumesnapshots"],
+        "verbs": ["create", "get", "list", "delete"],
+    },
+]
+
+
+def render(v: Values) -> list[dict[str, Any]]:
+    """The objects, in an order `kubectl apply` can take in one pass."""
+    ns, sbx = v.namespace, v.sandbox_namespace
+    level = "baseline" if v.allow_root else "restricted"  # root sandboxes keep a few capabilities
+    shared_volume = not (v.trajectories and v.snapshot_store)
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {PART_OF: "pomona", "pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": sbx,
+                "labels": {PART_OF: "pomona", "pod-security.kubernetes.io/enforce": level},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta("pomona-orchestrator", ns, "orchestrator"),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta("pomona-sandboxes", sbx, "rbac"),
+            "rules": SANDBOX_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta("pomona-sandboxes", sbx, "rbac"),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pomona-sandboxes",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "pomona-orchestrator", "namespace": ns}
+            ],
+        },
+        _policy("default-deny", sbx, {}, [], []),
+        _policy("default-deny", ns, {}, [], []),
+        _policy(
+            "pomona-orchestrator",
+            ns,
+            {APP_LABEL: "pomona-orchestrator"},
+            [{"ports": [{"protocol": "TCP", "port": 8000}]}],  # API clients, wherever they are
+            [
+                DNS,
+                {
+                    "to": [{"podSelector": {"matchLabels": {APP_LABEL: "pomona-redis"}}}],
+                    "ports": [{"protocol": "TCP", "port": 6379}],
+                },
+                {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
+            ],
+        ),
+        _policy(
+            "pomona-proxy",
+            ns,
+            {APP_LABEL: "pomona-proxy"},
+            [
+                {
+                    "from": [_from(sbx), _from(ns, "pomona-orchestrator")],
+                    "ports": [{"protocol": "TCP", "port": 4000}],
+                }
+            ],
+            [DNS, {"ports": [{"protocol": "TCP", "port": 443}]}],
+        ),  # upstream model APIs
+        _policy(
+            "pomona-redis",
+            ns,
+            {APP_LABEL: "pomona-redis"},
+            [
+                {
+                    "from": [{"podSelector": {"matchLabels": {APP_LABEL: "pomona-orchestrator"}}}],
+                    "ports": [{"protocol": "TCP", "port": 6379}],
+                }
+            ],
+            [],
+        ),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta("pomona-orchestrator", ns, "orchestrator"),
+            "data": _runtime_settings(v),
+        },
+    ]
+    if shared_volume:
+        claim_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": v.shared_storage}},
+        }
+        if v.shared_storage_class:
+            claim_spec["storageClassName"] = v.shared_storage_class
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": _meta("pomona-shared", ns, "storage"),
+                "spec": claim_spec,
+            }
+        )
+    objects += _redis(v) + _orchestrator(v, shared_volume) + _proxy(v, shared_volume)
+    return objects
+
+
+def _runtime_settings(v: Values) -> dict[str, str]:
+    """The kubernetes runtime's settings (POMONA_K8S_*, read by settings_from_env)."""
+    data = {
+        "POMONA_K8S_NAMESPACE": v.sandbox_namespace,
+        "POMONA_K8S_OWNER": "pomona",
+        "POMONA_K8S_GATE_IMAGE": v.image,
+        "POMONA_K8S_TOOLS_IMAGE": v.tools_image,
+        "POMONA_K8S_PAYLOAD": v.payload,
+        "POMONA_K8S_ALLOW_ROOT": json.dumps(v.allow_root),
+        "POMONA_K8S_GATEWAY_SELECTOR": json.dumps({APP_LABEL: "pomona-proxy"}),
+        "POMONA_K8S_SNAPSHOT_STORE": v.snapshot_store or "/shared/snapshots",
+    }
+    optional = {
+        "POMONA_K8S_RUNTIME_CLASS": v.runtime_class,
+        "POMONA_K8S_WORKSPACE_STORAGE_CLASS": v.workspace_storage_class,
+        "POMONA_K8S_SNAPSHOT_CLASS": v.snapshot_class,
+        "POMONA_K8S_NODE_SELECTOR": json.dumps(v.sandbox_node_selector)
+        if v.sandbox_node_selector
+        else None,
+    }
+    data.update({k: val for k, val in optional.items() if val})
+    return data
+
+
+def _shared(shared: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if not shared:
+        return [], []
+    return (
+        [{"name": "shared", "mountPath": "/shared"}],
+        [{"name": "shared", "persistentVolumeClaim": {"claimName": "pomona-shared"}}],
+    )
+
+
+def _orchestrator(v: Values, shared: bool) -> list[dict[str, Any]]:
+    name = "pomona-orchestrator"
+    mounts, volumes = _shared(shared)
+    env = [
+        _secret_env("POMONA_API_KEYS", "pomona-api-keys", "POMONA_API_KEYS"),
+        _secret_env("REDIS_PASSWORD", "pomona-redis", "password"),
+    ]
+    args = [
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--runtime",
+        "kubernetes",
+        "--state-dir",
+        "/tmp/pomona",
+        "--redis",
+        "redis://:$(REDIS_PASSWORD)@pomona-redis:6379/0",
+    ]
+    deployment = _deployment(
+        v,
+        name,
+        v.replicas,
+        args,
+        8000,
+        env,
+        v.orchestrator_cpu,
+        v.orchestrator_memory,
+        mounts,
+        volumes,
+        service_account=name,
+    )
+    deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [
+        {"configMapRef": {"name": name}}
+    ]
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(name, v.namespace, name),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": v.replicas,
+            "maxReplicas": max(v.max_replicas, v.replicas),
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 70},
+                    },
+                }
+            ],
+        },
+    }
+    return [deployment, _service(v, name, 8000, v.service_type), _pdb(v, name), hpa]
+
+
+def _proxy(v: Values, shared: bool) -> list[dict[str, Any]]:
+    name = "pomona-proxy"
+    mounts, volumes = _shared(shared)
+    args = [
+        "proxy",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "4000",
+        "--trajectories",
+        v.trajectories or "/shared/trajectories",
+        "--public-url",
+        f"http://{name}.{v.namespace}.svc:4000",
+    ]
+    env = [
+        _secret_env("OPENAI_API_KEY", "pomona-model-keys", "OPENAI_API_KEY", optional=True),
+        _secret_env("ANTHROPIC_API_KEY", "pomona-model-keys", "ANTHROPIC_API_KEY", optional=True),
+    ]
+    deployment = _deployment(
+        v,
+        name,
+        v.proxy_replicas,
+        args,
+        4000,
+        env,
+        v.proxy_cpu,
+        v.proxy_memory,
+        mounts,
+        volumes,
+        service_account=None,
+    )
+    return [deployment, _service(v, name, 4000), _pdb(v, name)]
+
+
+def _redis(v: Values) -> list[dict[str, Any]]:
+    name = "pomona-redis"
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": v.redis_storage}},
+        },
+    }
+    if v.storage_class:
+        claim["spec"]["storageClassName"] = v.storage_class
+    container = {
+        "name": "redis",
+        "image": v.redis_image,
+        "args": [
+            "redis-server",
+            "--requirepass",
+            "$(REDIS_PASSWORD)",
+            "--maxmemory-policy",
+            "noeviction",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--dir",
+            "/data",
+            "--protected-mode",
+            "yes",
+        ],
+        "env": [_secret_env("REDIS_PASSWORD", "pomona-redis", "password")],
+        "ports": [{"name": "redis", "containerPort": 6379}],
+        "readinessProbe": {
+            "exec": {
+                "command": ["sh", "-c", 'redis-cli -a "$REDIS_PASSWORD" --no-auth-warning ping']
+            },
+            "periodSeconds": 5,
+        },
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        "securityContext": _restricted(999),
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(name, v.namespace, "store"),
+        "spec": {
+            "serviceName": name,
+            "replicas": 1,
+            "selector": {"matchLabels": {APP_LABEL: name}},
+            "template": {
+                "metadata": {"labels": _meta(name, None, "store")["labels"]},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "fsGroup": 999,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                },
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+    return [statefulset, _service(v, name, 6379)]
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    import yaml
+
+    return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects)
+
+
+def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`pomona deploy render`; its parser sets `func`, as cli.py expects."""
+    p = subparsers.add_parser("deploy", help="Kubernetes manifests for a Pomona deployment")
+    sub = p.add_subparsers(dest="deploy_command", required=True)
+    r = sub.add_parser("render", help="print every object as YAML (kubectl apply -f -)")
+    r.add_argument("--values", type=Path, help="YAML of values (see pomona.deploy.Values)")
+    for f in fields(Values):
+        if f.type in ("str", "str | None", "int"):
+            r.add_argument(
+                "--" + f.name.replace("_", "-"), dest=f.name, type=int if f.type == "int" else str
+            )
+    r.add_argument(
+        "--print-values", action="store_true", help="print the values in effect and stop"
+    )
+    r.set_defaults(func=render_command)
+    return p
+
+
+def render_command(args: argparse.Namespace) -> int:
+    overrides = {f.name: getattr(args, f.name, None) for f in fields(Values)}
+    values = Values.load(args.values, overrides)
+    if args.print_values:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(asdict(values), sort_keys=False))
+        return 0
+    sys.stdout.write(to_yaml(render(values)))
+    return 0

@@ -1,0 +1,205 @@
+"""`pomona deploy render`: every object schema-valid, the RBAC confined to the sandbox
+namespace, Redis durable and authenticated, secrets referenced and never rendered, and the
+checked-in deploy/pomona.yaml the same as what the command prints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pomona.deploy import Values, render, to_yaml
+from tests.kubernetes.schema import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = {
+    "defaults": Values(),
+    "hardened": Values(
+        allow_root=False,
+        runtime_class="gvisor",
+        payload="image-volume",
+        workspace_storage_class="fast",
+        snapshot_class="csi",
+        service_type="LoadBalancer",
+        sandbox_node_selector={"pool": "sandboxes"},
+    ),
+    "object-store": Values(
+        trajectories="s3://runs/pomona",
+        snapshot_store="s3://runs/snapshots",
+        namespace="ml",
+        sandbox_namespace="ml-sbx",
+        replicas=5,
+        max_replicas=20,
+    ),
+}
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_rendered_object_is_schema_valid(variant):
+    objects = render(VARIANTS[variant])
+    for obj in objects:
+        validate(obj)
+    names = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rbac_grants_nothing_outside_the_sandbox_namespace(variant):
+    values = VARIANTS[variant]
+    objects = render(values)
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    (role,) = by_kind(objects, "Role")
+    (binding,) = by_kind(objects, "RoleBinding")
+    assert (
+        role["metadata"]["namespace"]
+        == binding["metadata"]["namespace"]
+        == values.sandbox_namespace
+    )
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "pomona-orchestrator", "namespace": values.namespace}
+    ]
+    allowed = {
+        "pods",
+        "pods/exec",
+        "pods/portforward",
+        "pods/log",
+        "networkpolicies",
+        "volumesnapshots",
+    }
+    for rule in role["rules"]:
+        assert (
+            "*" not in rule["verbs"]
+            and "*" not in rule["resources"]
+            and "*" not in rule["apiGroups"]
+        )
+        assert set(rule["resources"]) <= allowed
+        assert not {"escalate", "bind", "impersonate", "update", "patch"} & set(rule["verbs"])
+    # the only pods that get a service-account token are the orchestrator's
+    for workload in by_kind(objects, "Deployment") + by_kind(objects, "StatefulSet"):
+        spec = workload["spec"]["template"]["spec"]
+        token = spec.get("automountServiceAccountToken")
+        assert token is (workload["metadata"]["name"] == "pomona-orchestrator")
+
+
+def test_sandbox_namespace_is_default_deny_and_the_proxy_admits_it():
+    values = Values()
+    policies = {
+        (p["metadata"]["namespace"], p["metadata"]["name"]): p
+        for p in by_kind(render(values), "NetworkPolicy")
+    }
+    deny = policies[(values.sandbox_namespace, "default-deny")]["spec"]
+    assert deny == {
+        "podSelector": {},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [],
+    }
+    assert policies[(values.namespace, "default-deny")]["spec"]["ingress"] == []
+    proxy = policies[(values.namespace, "pomona-proxy")]["spec"]
+    sources = proxy["ingress"][0]["from"]
+    assert {
+        "namespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": values.sandbox_namespace}
+        }
+    } in sources
+    redis = policies[(values.namespace, "pomona-redis")]["spec"]
+    assert redis["egress"] == [] and redis["ingress"][0]["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "pomona-orchestrator"}}}
+    ]
+
+
+def test_redis_is_authenticated_durable_and_never_evicts():
+    objects = render(Values(storage_class="ssd"))
+    (redis,) = by_kind(objects, "StatefulSet")
+    args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
+    pairs = dict(zip(args[1::2], args[2::2], strict=False))
+    assert pairs["--maxmemory-policy"] == "noeviction" and pairs["--appendonly"] == "yes"
+    assert pairs["--requirepass"] == "$(REDIS_PASSWORD)"
+    (claim,) = redis["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "ssd"
+
+
+def test_secrets_are_referenced_never_rendered():
+    objects = render(Values())
+    assert by_kind(objects, "Secret") == []
+    text = to_yaml(objects)
+    assert "secretKeyRef" in text and "pomona-api-keys" in text
+    orchestrator = next(
+        o for o in by_kind(objects, "Deployment") if o["metadata"]["name"] == "pomona-orchestrator"
+    )
+    container = orchestrator["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"][0]["configMapRef"] == {"name": "pomona-orchestrator"}
+    assert container["args"][container["args"].index("--runtime") + 1] == "kubernetes"
+
+
+def test_availability_objects():
+    values = Values(replicas=4, max_replicas=12)
+    objects = render(values)
+    (hpa,) = by_kind(objects, "HorizontalPodAutoscaler")
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (4, 12)
+    assert {p["metadata"]["name"] for p in by_kind(objects, "PodDisruptionBudget")} == {
+        "pomona-orchestrator",
+        "pomona-proxy",
+    }
+
+
+def test_runtime_settings_reach_the_runtime():
+    from pomona.orchestrator.runtimes.kubernetes.objects import KubernetesSettings
+    from pomona.orchestrator.runtimes.kubernetes.runtime import settings_from_env
+
+    values = VARIANTS["hardened"]
+    (config,) = by_kind(render(values), "ConfigMap")
+    settings = KubernetesSettings(**settings_from_env(config["data"]))
+    assert (settings.namespace, settings.runtime_class, settings.allow_root, settings.payload) == (
+        values.sandbox_namespace,
+        "gvisor",
+        False,
+        "image-volume",
+    )
+    assert settings.node_selector == {"pool": "sandboxes"}
+
+
+def test_the_command_line_and_the_checked_in_manifest_agree(tmp_path):
+    values = tmp_path / "values.yaml"
+    values.write_text("replicas: 2\nruntime_class: kata\n")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pomona.cli",
+            "deploy",
+            "render",
+            "--values",
+            str(values),
+            "--namespace",
+            "team",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    docs = list(yaml.safe_load_all(out))
+    assert docs[0]["metadata"]["name"] == "team"
+    assert by_kind(docs, "Deployment")[0]["spec"]["replicas"] == 2
+    values.write_text("replicaz: 2\n")
+    typo = subprocess.run(
+        [sys.executable, "-m", "pomona.cli", "deploy", "render", "--values", str(values)],
+        capture_output=True,
+        text=True,
+    )
+    assert typo.returncode != 0 and "unknown values: replicaz" in typo.stderr
+    assert (ROOT / "deploy" / "pomona.yaml").read_text() == to_yaml(render(Values())), (
+        "deploy/pomona.yaml is stale: pomona deploy render > deploy/pomona.yaml"
+    )
