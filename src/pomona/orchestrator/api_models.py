@@ -11,7 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 
 from pomona.orchestrator.errors import PomonaError
 from pomona.orchestrator.server.store import JobRecord, JobStatus
-from pomona.orchestrator.types import ExecRequest, FileInfo, PatchResult, SandboxInfo, SandboxSpec
+from pomona.orchestrator.types import (
+    ExecRequest,
+    FileInfo,
+    PatchResult,
+    Request,
+    SandboxInfo,
+    SandboxSpec,
+)
 
 # -- errors that only the service raises --------------------------------------------------------
 
@@ -202,7 +209,7 @@ class JobView(BaseModel):
 # -- files, patches, snapshots -------------------------------------------------------------------
 
 
-class FileUpload(BaseModel):
+class FileUpload(Request):
     model_config = ConfigDict(extra="forbid")
     path: str = Field(min_length=1)
     content: str = Field(description="base64")
@@ -231,7 +238,7 @@ class FileRemoved(BaseModel):
     path: str
 
 
-class PatchBody(BaseModel):
+class PatchBody(Request):
     model_config = ConfigDict(extra="forbid")
     patch: str
     cwd: str | None = None
@@ -244,12 +251,12 @@ class PatchView(PatchResult):
         return 0 if self.success else 1
 
 
-class SnapshotBody(BaseModel):
+class SnapshotBody(Request):
     model_config = ConfigDict(extra="forbid")
     snapshot_id: str | None = Field(None, description="client-chosen: a retried snapshot is a no-op")
 
 
-class ForkBody(BaseModel):
+class ForkBody(Request):
     model_config = ConfigDict(extra="forbid")
     k: int = Field(ge=1, le=256)
     labels: dict[str, str] = Field(default_factory=dict)

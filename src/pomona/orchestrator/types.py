@@ -10,7 +10,15 @@ import re
 from enum import StrEnum
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pomona.orchestrator.errors import InvalidRequest
 
@@ -53,13 +61,44 @@ def validated(model: type[M], **data: object) -> M:
         raise InvalidRequest(f"invalid {model.__name__}: {problems}") from None
 
 
+def check_text(value: object, where: str = "input") -> None:
+    """Refuse lone surrogates anywhere in a request: valid JSON can carry them, but no file
+    name, command or label can hold them, and every later encode would fail with a 500."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidRequest(f"{where} holds a lone UTF-16 surrogate, which is not text") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+class Request(BaseModel):
+    """A model built from a caller's input: its strings are checked to be text first."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: object) -> object:
+        try:
+            check_text(data)
+        except InvalidRequest as e:
+            raise ValueError(str(e)) from None
+        return data
+
+
 class NetworkMode(StrEnum):
     none = "none"        # loopback only
     gateway = "gateway"  # loopback, plus one allowed host:port reachable at 127.0.0.1:<port>
     full = "full"        # the host's network
 
 
-class Limits(BaseModel):
+class Limits(Request):
     """Resource limits. None means unlimited (beyond what the machine has)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -80,7 +119,7 @@ def named_sources() -> dict[str, str]:
     return {"tools": os.environ.get("POMONA_TOOLS_DIR", "/var/cache/pomona/tools")}
 
 
-class Mount(BaseModel):
+class Mount(Request):
     """A host path made visible inside the sandbox, e.g. the harness payload at /opt/pomona/tools."""
 
     model_config = ConfigDict(extra="forbid")
@@ -118,7 +157,7 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-class SandboxSpec(BaseModel):
+class SandboxSpec(Request):
     """What a sandbox is made of. Creating the same id twice with the same spec is a no-op."""
 
     model_config = ConfigDict(extra="forbid")
@@ -175,7 +214,7 @@ class SandboxInfo(BaseModel):
     message: str | None = None
 
 
-class ExecRequest(BaseModel):
+class ExecRequest(Request):
     model_config = ConfigDict(extra="forbid")
     command: str | list[str] = Field(description="a shell string (run by bash -c, or sh -c) or an argv list")
     cwd: str | None = None

@@ -24,7 +24,7 @@ from pomona.orchestrator.errors import (
     TooLarge,
 )
 from pomona.orchestrator.linux.syscalls import open_in_root
-from pomona.orchestrator.types import FileInfo
+from pomona.orchestrator.types import FileInfo, check_text
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Opening a FIFO without O_NONBLOCK waits for a writer forever; a tty could become ours
@@ -38,6 +38,7 @@ def normalize(path: str, cwd: str = "/") -> str:
     """An absolute, normalized sandbox path; relative paths are taken from cwd."""
     if "\x00" in path:
         raise InvalidRequest("path contains a NUL byte")
+    check_text(path, "the path")
     return posixpath.normpath(posixpath.join(cwd, path)) if path else cwd
 
 

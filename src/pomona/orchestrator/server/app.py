@@ -70,7 +70,7 @@ from pomona.orchestrator.server.policy import FILE_OPS_PER_KEY, TenantPolicy
 from pomona.orchestrator.server.relay import pty_session, tcp_tunnel
 from pomona.orchestrator.server.store import JobRecord, SandboxRecord, open_store
 from pomona.orchestrator.sources import ImageSources
-from pomona.orchestrator.types import ExecChunk, FileInfo, SnapshotInfo
+from pomona.orchestrator.types import ExecChunk, FileInfo, SnapshotInfo, check_text
 
 log = logging.getLogger("pomona.service")
 VERSION = "0.1.0"
@@ -234,6 +234,7 @@ def _store_errors() -> tuple[type[BaseException], ...]:
 
 def _labels(label: list[str]) -> dict[str, str]:
     pairs = {}
+    check_text(label, "a label filter")
     for item in label:
         k, sep, v = item.partition("=")
         if not sep or not k:
