@@ -16,10 +16,20 @@ import pytest
 from pomona import SandboxClient
 from tests.conftest import docker_available
 
-RUNTIMES = ["local", "docker", "http"]
+RUNTIMES = ["local", "docker", "http", "kubernetes"]
 # "http": the local runtime behind `pomona serve` (uvicorn in a thread, with API keys), reached
 # through the SDK's HTTP transport. Tests that drive a runtime directly skip it, saying why.
 IN_PROCESS_ONLY = {"test_leaks.py": "a SIGKILLed service replica is tests/service/test_faults.py"}
+# "kubernetes": runs when KUBECONFIG points at a cluster (docs/kubernetes.md), with the image in
+# POMONA_K8S_TEST_IMAGE loaded on its nodes. These tests need the test process's own host:
+ON_THE_TEST_HOST = {
+    "test_read_only_host_mount": "host-path mounts; pods get the payload from tools_image",
+    "test_gateway_mode_reaches_only_the_allowed_port": "a pod cannot reach the test process's loopback",
+    "test_gateway_keeps_a_half_closed_connection_open": "a pod cannot reach the test process's loopback",
+    "test_full_mode_reaches_the_host": "a pod cannot reach the test process's loopback",
+    "test_sigkilled_owner_leaves_nothing_behind": "it inspects this host's processes and containers",
+    "test_fork_bomb_stops_at_the_pids_limit": "Kubernetes has no per-pod pids limit (podPidsLimit is per node)",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,6 +38,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         reason = IN_PROCESS_ONLY.get(item.path.name)
         if params.get("runtime_name") == "http" and reason:
             item.add_marker(pytest.mark.skip(reason=f"in-process only; {reason}"))
+        host_only = ON_THE_TEST_HOST.get(item.originalname)
+        if params.get("runtime_name") == "kubernetes" and host_only:
+            item.add_marker(pytest.mark.skip(reason=f"needs the test host: {host_only}; "
+                                             "tests/kubernetes covers it offline"))
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +53,8 @@ def state_root() -> Iterator[Path]:
 def _image_for(runtime: str) -> str:
     if runtime in ("local", "http"):
         return "host"
+    if runtime == "kubernetes":
+        return os.environ.get("POMONA_K8S_TEST_IMAGE", "pomona-test/debian:bookworm")
     from tests.images import debian_image
 
     return debian_image()
@@ -48,6 +64,9 @@ def _image_for(runtime: str) -> str:
 def runtime_name(request: pytest.FixtureRequest) -> str:
     if request.param == "docker" and not docker_available():
         pytest.skip("no Docker engine running (./dev services starts one)")
+    if request.param == "kubernetes" and not os.environ.get("KUBECONFIG"):
+        pytest.skip("no Kubernetes cluster: no control plane can run on this machine; point "
+                    "KUBECONFIG at one (kind, k3s, managed) to run the suite on the kubernetes runtime")
     return request.param
 
 

@@ -344,6 +344,11 @@ class KubernetesRuntime:
                 "this kubernetes runtime runs sandboxes as non-root "
                 "(allow_root=False); create the sandbox with user='pomona'"
             )
+        if spec.limits.disk and not self.settings.workspace_storage_class:
+            raise InvalidRequest(
+                "limits.disk needs workspace_storage_class= on this kubernetes runtime: the workdir "
+                "then gets a volume of that size (a full disk is ENOSPC); an ephemeral-storage "
+                "limit alone makes the kubelet evict the whole sandbox instead")
         pids = spec.limits.pids
         if pids is not None and (
             self.settings.pod_pids_limit is None or pids < self.settings.pod_pids_limit
