@@ -1,0 +1,283 @@
+"""A browser session: a sandbox holding Chromium (and, optionally, the web it browses), driven by
+Playwright from this process over CDP through the sandbox's port tunnel.
+
+    with BrowserSession(client, web=local_web()) as s:
+        s.goto("http://shop.pomona.test/")
+        obs = s.observe()                 # screenshot with set-of-marks, URL, text view
+        s.act(actions.parse("Click [3]"))
+
+Failures are typed (errors.py): Chromium dying or its connection breaking is BrowserCrashed; a
+page that stays unloaded or unresponsive is PageHung, after one reload when the navigation was a
+GET (safe to repeat); a mark that does not exist is an ActionError the agent gets to see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from pomona.browser_env import marks as som
+from pomona.browser_env.actions import Action
+from pomona.browser_env.chromium import Chromium, ChromiumOptions
+from pomona.browser_env.errors import ActionError, BrowserCrashed, BrowserInfraError, PageHung
+from pomona.orchestrator.errors import PomonaError
+from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
+
+SEARCH_HOME = "http://search.pomona.test/"  # where `Google` goes: the local web's search page
+
+
+class Web(Protocol):
+    """What a sandbox serves besides the browser (sites, task pages). `install` runs once in a
+    fresh sandbox, before Chromium starts."""
+
+    def install(self, sandbox: Sandbox) -> None: ...
+
+
+@dataclass
+class Observation:
+    screenshot: bytes  # PNG, with the marks drawn
+    url: str
+    title: str
+    marks: list[som.Mark] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return som.text_view(self.marks)
+
+    def pixels(self) -> np.ndarray:
+        """The screenshot as an (height, width, 3) uint8 array."""
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.screenshot)) as image:
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    chromium: ChromiumOptions = field(default_factory=ChromiumOptions)
+    image: str = "host"
+    network: str = "none"  # the page reaches only the sandbox's own loopback
+    page_timeout: float = 30.0  # seconds for a page to load or answer
+    settle: float = 0.3  # seconds to let a page react after an action (WebVoyager sleeps 3-5)
+    memory: str | None = "2Gi"
+    pids: int | None = 1024
+    ttl: float = 3600
+    search_home: str = SEARCH_HOME
+
+
+def _playwright_error() -> type[Exception]:
+    from playwright.sync_api import Error
+
+    return Error
+
+
+class BrowserSession:
+    def __init__(
+        self,
+        client: SandboxClient,
+        web: Web | None = None,
+        options: SessionOptions | None = None,
+        labels: dict[str, str] | None = None,
+    ):
+        self.client, self.web = client, web
+        self.options = options or SessionOptions()
+        self.labels = labels or {}
+        self.sandbox: Sandbox | None = None
+        self.chromium: Chromium | None = None
+        self._pw: Any = None
+        self._browser: Any = None
+        self._context: Any = None
+        self.page: Any = None
+        self._crashed = False
+        self._last_navigation_method = "GET"
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> BrowserSession:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> BrowserSession:
+        """A fresh sandbox, its web, Chromium, and a connected page. Cleans up on failure."""
+        o = self.options
+        try:
+            self.sandbox = self.client.create_sandbox(
+                o.image,
+                network=o.network,
+                timeout=o.ttl,
+                memory=o.memory,
+                pids=o.pids,
+                labels={"role": "browser", **self.labels},
+            )
+            if self.web is not None:
+                self.web.install(self.sandbox)
+            self.chromium = Chromium(self.sandbox, o.chromium)
+            ws = self.chromium.start()
+            from playwright.sync_api import sync_playwright
+
+            self._pw = sync_playwright().start()
+            self._browser = self._pw.chromium.connect_over_cdp(ws, timeout=o.page_timeout * 1000)
+            self.new_page()
+        except PomonaError as e:
+            self.close()
+            raise BrowserCrashed(f"the browser's sandbox failed: {e}") from e
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def new_page(self) -> None:
+        """A fresh browser context (no cookies, storage or history) with one page."""
+        if self._context is not None:
+            with contextlib.suppress(Exception):
+                self._context.close()
+        width, height = self.options.chromium.viewport
+        self._context = self._browser.new_context(viewport={"width": width, "height": height})
+        self._context.set_default_timeout(self.options.page_timeout * 1000)
+        self.page = self._context.new_page()
+        self._crashed = False
+        self.page.on("crash", lambda _: setattr(self, "_crashed", True))
+        self.page.on("request", self._note_request)
+
+    def _note_request(self, request: Any) -> None:
+        if request.is_navigation_request() and request.frame == self.page.main_frame:
+            self._last_navigation_method = request.method
+
+    def close(self) -> None:
+        for closer in (
+            lambda: self._browser and self._browser.close(),
+            lambda: self._pw and self._pw.stop(),
+        ):
+            with contextlib.suppress(Exception):
+                closer()
+        self._browser = self._pw = self._context = self.page = None
+        if self.chromium is not None:
+            self.chromium.close()
+            self.chromium = None
+        if self.sandbox is not None:
+            with contextlib.suppress(PomonaError):
+                self.sandbox.delete()
+            self.sandbox = None
+
+    # --- failures ----------------------------------------------------------------------------
+
+    def _typed(self, error: Exception, doing: str) -> BrowserInfraError:
+        """A Playwright error as the infra failure it stands for."""
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if self._crashed or not self._browser or not self._browser.is_connected():
+            return BrowserCrashed(f"the browser died while {doing}: {message}")
+        if "Timeout" in type(error).__name__ or "timeout" in message.lower():
+            return PageHung(
+                f"the page did not answer within {self.options.page_timeout:g} s "
+                f"while {doing}: {message}"
+            )
+        if self.chromium is not None and not self.chromium.alive():
+            return BrowserCrashed(f"Chromium exited while {doing}: {message}")
+        return BrowserCrashed(f"the browser failed while {doing}: {message}")
+
+    def _guard(self, doing: str, work: Any) -> Any:
+        try:
+            if self._crashed:
+                raise BrowserCrashed(f"the page's renderer crashed before {doing}")
+            return work()
+        except (BrowserInfraError, ActionError):
+            raise
+        except _playwright_error() as e:
+            raise self._typed(e, doing) from e
+        except PomonaError as e:
+            raise BrowserCrashed(f"the browser's sandbox was lost while {doing}: {e}") from e
+
+    # --- navigation --------------------------------------------------------------------------
+
+    def goto(self, url: str) -> None:
+        self._guard(f"opening {url}", lambda: self._load(lambda: self.page.goto(url), safe=True))
+
+    def _load(self, navigate: Any, safe: bool) -> None:
+        """Run a navigation and wait for the load; a timed-out GET is reloaded once."""
+        try:
+            navigate()
+        except _playwright_error() as e:
+            if not (safe and "Timeout" in type(e).__name__):
+                raise
+            self.page.reload()
+
+    def settle(self) -> None:
+        """Wait for the load an action may have started; reload once a GET that hangs."""
+        time.sleep(self.options.settle)
+        try:
+            self.page.wait_for_load_state("load")
+        except _playwright_error() as e:
+            if "Timeout" not in type(e).__name__ or self._last_navigation_method != "GET":
+                raise
+            self.page.reload()
+
+    # --- observation -------------------------------------------------------------------------
+
+    def observe(self) -> Observation:
+        def work() -> Observation:
+            self.page.wait_for_load_state("load")
+            raw = self.page.evaluate(som.LABEL_SCRIPT)
+            shot = self.page.screenshot(type="png")
+            self.page.evaluate(som.CLEAR_SCRIPT)
+            return Observation(shot, self.page.url, self.page.title(), som.parse_marks(raw))
+
+        return self._guard("observing the page", work)
+
+    def evaluate(self, script: str, arg: Any = None) -> Any:
+        return self._guard("running a script in the page", lambda: self.page.evaluate(script, arg))
+
+    # --- actions -----------------------------------------------------------------------------
+
+    def act(self, action: Action, marks: list[som.Mark]) -> None:
+        """Carry out `action` against the marks of the last observation."""
+
+        def mark() -> som.Mark:
+            if action.index is None or not 0 <= action.index < len(marks):
+                raise ActionError(
+                    f"there is no element [{action.index}] on the page; the labels "
+                    f"go from 0 to {len(marks) - 1}"
+                    if marks
+                    else "there are no labelled elements on the page"
+                )
+            return marks[action.index]
+
+        def work() -> None:
+            page = self.page
+            if action.kind == "click":
+                page.mouse.click(*mark().center)
+            elif action.kind == "type":
+                target = mark()
+                if not target.typeable:
+                    raise ActionError(
+                        f"element [{target.index}] is a <{target.tag}>, not a text "
+                        "field: Type needs an input or textarea"
+                    )
+                page.mouse.click(*target.center)
+                page.keyboard.press("Control+A")
+                page.keyboard.press("Backspace")
+                page.keyboard.type(action.text)
+                page.keyboard.press("Enter")
+            elif action.kind == "scroll":
+                sign = 1 if action.direction == "down" else -1
+                if action.index is None:
+                    page.evaluate("(s) => window.scrollBy(0, s * window.innerHeight * 2 / 3)", sign)
+                else:
+                    page.mouse.move(*mark().center)
+                    page.mouse.wheel(0, sign * mark().box[3] * 2 / 3 or sign * 200)
+            elif action.kind == "goback":
+                self._load(lambda: page.go_back(), safe=True)
+            elif action.kind == "google":
+                self._load(lambda: page.goto(self.options.search_home), safe=True)
+            elif action.kind == "wait":
+                time.sleep(max(self.options.settle, 1.0))
+            if action.kind != "answer":
+                self.settle()
+
+        self._guard(f"doing {action}", work)
