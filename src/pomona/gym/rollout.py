@@ -9,6 +9,15 @@ sandbox execs, so threads, sized to `concurrency` rather than the default execut
 size). Its `episodes` row is written by the proxy the moment it finishes, linked to its calls by
 the episode key, so a rollout killed halfway keeps everything done so far. One attempt's failure
 is its record (`failure_kind` set, reward None), never an exception and never a reward of 0.
+
+An in-process policy instead of a model: `rollout(tasks, "pi", policy=fn)` runs each attempt as a
+ModelCallEnv episode and answers every model call of the harness with `fn(observation)`, the
+observation being {"dialect", "messages", "tools", "episode", "sequence", "task_id"} in the
+dialect-neutral form (pomona.proxy.neutral) and the answer an Action, its dict or plain text.
+
+For RL: `group_rollout` returns the attempts grouped by task with group-normalised advantages
+(zero-variance groups dropped, pomona.trainer.advantages); `balanced_rollout` samples each task
+in strides until a balanced group forms (Balanced Adaptive Rollout, pomona.trainer.bar).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pomona.gym.sandboxes import shared_client
 from pomona.harnesses.proxy_link import ProxyLink
 
 ModelChoice = str | Callable[[Task], str]
+PolicyFn = Callable[[dict[str, Any]], Any]
 
 
 class Progress:
@@ -90,7 +100,7 @@ def _tasks(tasks: Sequence[Task | str]) -> list[Task]:
 async def rollout(
     tasks: Sequence[Task | str],
     harness: str,
-    model: ModelChoice,
+    model: ModelChoice | None = None,
     n: int = 1,
     concurrency: int = 8,
     *,
@@ -105,11 +115,16 @@ async def rollout(
     run_id: str | None = None,
     progress: bool = True,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
+    policy: PolicyFn | None = None,
+    max_steps: int = 30,
 ) -> list[EpisodeRecord]:
-    """Run `n` attempts of `harness` with `model` (a name, or a function of the task) on each
-    task, at most `concurrency` at once. Returns the records in (task, attempt) order."""
+    """Run `n` attempts of `harness` with `model` (a name, or a function of the task) or with an
+    in-process `policy` on each task, at most `concurrency` at once. Returns the records in
+    (task, attempt) order."""
     if n < 1 or concurrency < 1:
         raise ValueError("n and concurrency must be at least 1")
+    if (model is None) == (policy is None):
+        raise ValueError("give either a model or a policy")
     chosen = _tasks(tasks)
     ensure_harness(harness)
     link = ProxyLink.of(proxy or shared_proxy(trajectories, models))
@@ -120,6 +135,10 @@ async def rollout(
     loop = asyncio.get_running_loop()
 
     def attempt(task: Task, i: int) -> EpisodeRecord:
+        if policy is not None:
+            return run_policy_episode(task, harness, policy, proxy=link, runtime=runtime,
+                                      state_dir=state_dir, timeout=timeout, dialect=dialect,
+                                      image=image, max_steps=max_steps)
         name = model(task) if callable(model) else model
         return run_episode(task, harness, name, proxy=link, client=client, timeout=timeout,
                            dialect=dialect, image=image, run_id=run_id, attempt=i)
@@ -136,6 +155,96 @@ async def rollout(
             return list(await asyncio.gather(*(one(pool, t, i) for t, i in jobs)))
         finally:
             bar.close()
+
+
+def run_policy_episode(
+    task: Task,
+    harness: str,
+    policy: PolicyFn,
+    *,
+    proxy: Any,
+    runtime: str = "local",
+    state_dir: str | None = None,
+    timeout: float = 600,
+    dialect: str | None = None,
+    image: str | None = None,
+    max_steps: int = 30,
+) -> EpisodeRecord:
+    """One attempt with an in-process policy, as a ModelCallEnv episode. A policy that raises
+    fails its attempt as the model would (`upstream`), never the rollout."""
+    from pomona.gym.model_call_env import ModelCallEnv
+
+    link = ProxyLink.of(proxy)
+    env = ModelCallEnv(harness=harness, dialect=dialect, tasks=[task], runtime=runtime,
+                       state_dir=state_dir, image=image, proxy=link.server, max_steps=max_steps,
+                       harness_timeout=timeout)
+    try:
+        obs, info = env.reset(options={"task": task})
+        ended = bool(info.get("done"))
+        truncated = False
+        while not ended:
+            observation = {"dialect": obs["dialect"], **{k: info.get(k) for k in
+                           ("messages", "tools", "episode", "sequence", "task_id")}}
+            try:
+                action = policy(observation)
+            except Exception as e:  # noqa: BLE001 - the policy's failure is this attempt's
+                message = f"the policy raised {type(e).__name__}: {e}"
+                link.close_episode(info["episode"], failure_kind="upstream", failure_message=message)
+                return EpisodeRecord(info["episode"], task.id, task.benchmark, harness, "policy",
+                                     failure_kind="upstream", failure_message=message)
+            obs, _, terminated, truncated, info = env.step(action)
+            ended = terminated or truncated
+        record = EpisodeRecord(**info["record"])
+        if truncated and record.failure_kind == "none":
+            record.failure_message = "truncated: the step budget ran out"
+        return record
+    finally:
+        env.close()
+
+
+async def group_rollout(
+    tasks: Sequence[Task | str],
+    harness: str,
+    model: ModelChoice | None = None,
+    n: int = 4,
+    *,
+    scale: bool = True,
+    keep_dropped: bool = False,
+    **kwargs: Any,
+) -> list[Any]:
+    """`n` attempts per task grouped by task, each group with its members' group-normalised
+    advantages (pomona.trainer.advantages.Group). Groups whose rewards do not vary are dropped
+    unless `keep_dropped`; attempts with an infra failure are never members."""
+    from pomona.trainer.advantages import groups
+
+    records = await rollout(tasks, harness, model, n=n, **kwargs)
+    found = groups(records, key="task", scale=scale)
+    return found if keep_dropped else [g for g in found if not g.dropped]
+
+
+async def balanced_rollout(
+    tasks: Sequence[Task | str],
+    harness: str,
+    model: ModelChoice | None = None,
+    *,
+    config: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Balanced Adaptive Rollout over each task (pomona.trainer.bar): attempts run in strides
+    until a group with a balanced share of positives can be chosen. Returns {task id: BarResult}
+    whose attempts hold the EpisodeRecords."""
+    from pomona.trainer.bar import Attempt, BalancedRollout
+
+    async def one(task: Task) -> Any:
+        bar = BalancedRollout(config)
+        while k := bar.need():
+            records = await rollout([task], harness, model, n=k, **{"progress": False, **kwargs})
+            bar.add([Attempt.of_record(r) for r in records])
+        return bar.result()
+
+    chosen = _tasks(tasks)
+    results = await asyncio.gather(*(one(t) for t in chosen))
+    return {t.id: r for t, r in zip(chosen, results, strict=True)}
 
 
 def summary(records: Sequence[EpisodeRecord]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def _arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
-def _from_neutral(message: dict[str, Any]) -> dict[str, Any]:
+def from_neutral(message: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
     if message.get("tool_calls"):
         out["tool_calls"] = [
@@ -91,7 +91,7 @@ def template_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, 
     (OpenAI-style: tool calls as {id, type, function: {name, arguments (JSON text)}})."""
     if dialect.name == "chat":
         return [_chat_message(m) for m in body.get("messages") or [] if isinstance(m, dict)]
-    return [_from_neutral(m) for m in neutral.messages(dialect, body)]
+    return [from_neutral(m) for m in neutral.messages(dialect, body)]
 
 
 def template_tools(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -101,7 +101,7 @@ def template_tools(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any
 
 def neutral_to_template(observation: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """A dialect-neutral observation (messages, tools) in the chat-template shape."""
-    messages = [_from_neutral(m) for m in observation.get("messages") or []]
+    messages = [from_neutral(m) for m in observation.get("messages") or []]
     tools = [{"type": "function", "function": t} for t in observation.get("tools") or []]
     return messages, tools
 
@@ -224,8 +224,8 @@ class LocalModel:
             calls.append(ToolCall(value["name"], args if isinstance(args, dict) else {}))
             return ""
 
-        text = _CALL.sub(take, text)
-        return Parsed(text.strip(), calls, reasoning)
+        text = _CALL.sub(take, text)  # kept as generated: a harness sends it back verbatim
+        return Parsed(text if text.strip() else "", calls, reasoning)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A Chat Completions response object for a request body, in vLLM's shape."""

@@ -19,7 +19,8 @@ from typing import Any
 
 from pomona import trajectories
 from pomona.proxy.dialects import DIALECTS
-from pomona.proxy.local_model import template_messages, template_tools
+from pomona.proxy.local_model import from_neutral, template_messages, template_tools
+from pomona.proxy.replay import response_message
 
 Message = dict[str, Any]
 
@@ -80,24 +81,13 @@ class Episode:
 
 
 def reply_message(dialect: str, response: dict[str, Any]) -> Message:
-    """The assistant message a recorded response amounts to, in chat-template shape
-    (reasoning items and thinking blocks are not carried: harnesses do not send them back)."""
-    d = DIALECTS[dialect]
-    if dialect == "chat":
-        choices = response.get("choices") or [{}]
-        message = dict((choices[0] or {}).get("message") or {})
-        message["role"] = "assistant"
-        body = {"messages": [message]}
-    elif dialect == "responses":
-        body = {"input": response.get("output") or []}
-    else:
-        body = {"messages": [{"role": "assistant", "content": response.get("content") or []}]}
-    messages = [m for m in template_messages(d, body) if m["role"] == "assistant"]
-    out: Message = {"role": "assistant", "content": "".join(m["content"] for m in messages)}
-    calls = [c for m in messages for c in m.get("tool_calls") or []]
-    if calls:
-        out["tool_calls"] = calls
-    return out
+    """The assistant message a recorded response amounts to, in chat-template shape (for chat,
+    tool-call arguments verbatim; reasoning is not carried: harnesses do not send it back)."""
+    if dialect != "chat":
+        return from_neutral(response_message(dialect, response))
+    choice = (response.get("choices") or [{}])[0] or {}
+    message = {**(choice.get("message") or {}), "role": "assistant"}
+    return template_messages(DIALECTS["chat"], {"messages": [message]})[0]
 
 
 def turn_of(row: dict[str, Any]) -> Turn | None:

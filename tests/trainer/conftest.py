@@ -1,0 +1,151 @@
+"""Shared, session-scoped material for the trainer tests: a tiny model made offline and taught to
+answer, and episodes recorded through real harnesses and the recording proxy.
+
+Recorded runs (one trajectory directory, task files/create-hello, one episode each):
+  pi, mini-swe-agent   chat, through a vLLM-shaped upstream that returns token ids and logprobs
+                       (a second, non-recording proxy serving the scripted model: token ids are
+                       its byte-level tokenizer's, prefix-stable)
+  claude-code          anthropic, the scripted model directly: no token ids
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pomona.benchmarks import builtin  # noqa: E402
+from pomona.harnesses import payload  # noqa: E402
+from pomona.harnesses.registry import get as get_harness  # noqa: E402
+from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer  # noqa: E402
+
+HARNESSES = ("pi", "mini-swe-agent", "claude-code")
+TASK = builtin.get("files/create-hello")
+TOOLS = [{"type": "function", "function": {
+    "name": "bash", "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                   "required": ["command"]}}}]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def harnesses_ready() -> None:
+    missing = payload.ensure(HARNESSES)
+    if missing:
+        pytest.skip(f"harness payload unavailable: {missing}")
+
+
+@pytest.fixture(scope="session")
+def state_dir(harnesses_ready: None) -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="pomona-trainer-")
+    yield path
+    from pomona.gym.sandboxes import _close_all
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    _close_all()
+    LocalRuntime(path).unmount_store()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def session_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="pomona-trainer-data-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def tool_conversation(command: str, answer: str = "ok") -> list[dict]:
+    return [
+        {"role": "system", "content": "You run shell commands."},
+        {"role": "user", "content": f"Please run {command}."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+         "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        {"role": "assistant", "content": answer},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_model(session_dir: Path) -> Path:
+    """A tiny Llama taught, by a short TRL SFT run, to call bash with the command it is asked
+    for and then say ok, so greedy replies are short and tokenised the canonical way."""
+    import datasets
+
+    from pomona.trainer.orchard import swe_message
+    from pomona.trainer.tiny import make_model
+    from pomona.trainer.train import sft
+
+    base = make_model(session_dir / "tiny-base")
+    commands = ["ls", "pwd", "echo hi", "cat a.txt", "date", "whoami", "uname -a", "ls -la"]
+    rows = [{"messages": [swe_message(m) for m in tool_conversation(c)], "tools": json.dumps(TOOLS)}
+            for c in commands]  # fmt: skip
+    out = session_dir / "tiny"
+    sft(datasets.Dataset.from_list(rows), base, out, steps=60, batch_size=4, learning_rate=5e-3)
+    return out
+
+
+@pytest.fixture(scope="session")
+def drop_think_model(tiny_model: Path, session_dir: Path) -> Path:
+    """The same weights behind a chat template that does not round-trip (tiny.DROP_THINK)."""
+    from pomona.trainer.tiny import DROP_THINK
+
+    out = session_dir / "tiny-drop-think"
+    shutil.copytree(tiny_model, out)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    (out / "chat_template.jinja").write_text(DROP_THINK)
+    return out
+
+
+@pytest.fixture(scope="session")
+def recorded(state_dir: str, session_dir: Path) -> Path:
+    """A trajectory directory with one episode per harness in HARNESSES (see the module doc)."""
+    import pomona.gym
+
+    runs = session_dir / "runs"
+    script = get_harness("mini-swe-agent").scripted(list(TASK.solution))  # pi runs the echo too
+    with ProxyServer(ProxyConfig(default_script=script)) as upstream, \
+            ProxyServer(ProxyConfig(trajectories=runs)) as proxy:  # fmt: skip
+        proxy.config.models.append(
+            ModelRoute.from_entry(
+                {
+                    "model_name": "tokens",
+                    "litellm_params": {
+                        "model": "hosted_vllm/scripted",
+                        "api_base": f"{upstream.url}/v1",
+                        "api_key": "x",
+                    },
+                }
+            )
+        )
+
+        async def record() -> None:
+            for harness, model in (
+                ("pi", "tokens"),
+                ("mini-swe-agent", "tokens"),
+                ("claude-code", "oracle"),
+            ):
+                records = await pomona.gym.rollout(
+                    [TASK],
+                    harness,
+                    model,
+                    proxy=proxy,
+                    state_dir=state_dir,
+                    timeout=120,
+                    progress=False,
+                )
+                assert records[0].failure_kind == "none", records[0].failure_message
+
+        asyncio.run(record())
+    return runs

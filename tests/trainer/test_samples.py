@@ -1,0 +1,158 @@
+"""Samples from recorded calls: merged when each prompt extends the previous prompt+completion,
+per call otherwise; drift flagged when re-rendering would change what the model saw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openai
+import pytest
+from conftest import TOOLS
+from transformers import AutoTokenizer
+
+from pomona import trajectories
+from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer
+from pomona.proxy.local_model import LocalModel, LocalModelServer
+from pomona.trainer.episodes import Filters, load
+from pomona.trainer.samples import MERGED, PER_CALL, samples
+
+
+def by_harness(runs: Path) -> dict:
+    return {ep.row["harness"]: ep for ep in load(runs)}
+
+
+def test_recorded_tokens_merge_or_split_as_the_proxy_judged(recorded, tiny_model):
+    eps = by_harness(recorded)
+    calls = trajectories.read(recorded, "calls").to_pylist()
+    verdicts = {h: [c["token_faithful"] for c in calls
+                    if c["episode"] == ep.key and not c["side"]] for h, ep in eps.items()}  # fmt: skip
+
+    # mini-swe-agent replays the model's text verbatim: one merged sample of recorded tokens
+    mini = eps["mini-swe-agent"]
+    assert verdicts["mini-swe-agent"] == [True] * len(mini.turns) and len(mini.turns) >= 2
+    (s,) = samples(mini)
+    assert (s.rule, s.tokens, s.reward, s.turns) == (
+        MERGED,
+        "recorded",
+        1.0,
+        [t.sequence for t in mini.turns],
+    )
+    last = mini.turns[-1]
+    assert s.input_ids == last.prompt_ids + last.completion_ids
+    trained = [t for t, m in zip(s.input_ids, s.loss_mask, strict=True) if m]
+    assert trained == [t for turn in mini.turns for t in turn.completion_ids]
+    assert [lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m] == [
+        lp for turn in mini.turns for lp in turn.logprobs]  # fmt: skip
+    assert s.drift is None  # no tokenizer given: nothing to compare
+
+    # pi sends tool-call arguments back re-serialised: the proxy saw the prefix break, and the
+    # samples are one per call, the reward discounted back from the last
+    pi = eps["pi"]
+    assert verdicts["pi"][0] is True and False in verdicts["pi"]
+    per_call = samples(pi, discount=0.5)
+    n = len(pi.turns)
+    assert [x.rule for x in per_call] == [PER_CALL] * n
+    assert [x.reward for x in per_call] == [0.5 ** (n - 1 - i) for i in range(n)]
+    for x, turn in zip(per_call, pi.turns, strict=True):
+        assert x.input_ids == turn.prompt_ids + turn.completion_ids
+        assert sum(x.loss_mask) == len(turn.completion_ids) == x.response_length
+
+
+def test_calls_without_token_ids_are_rendered_by_the_tokenizer(
+    recorded, tiny_model, drop_think_model
+):
+    claude = by_harness(recorded)["claude-code"]
+    assert claude.turns[0].dialect == "anthropic" and not claude.turns[0].has_tokens
+    with pytest.raises(ValueError, match="no token ids"):
+        samples(claude)
+    # a template that round-trips: the rendered turns extend each other, one merged sample
+    (merged,) = samples(claude, AutoTokenizer.from_pretrained(str(tiny_model)))
+    assert (merged.rule, merged.tokens, merged.logprobs, merged.drift) == (
+        MERGED,
+        "rendered",
+        None,
+        None,
+    )
+    assert sum(merged.loss_mask) > 0
+    # the same episode under a template that drops earlier reasoning blocks: one per call
+    split = samples(claude, AutoTokenizer.from_pretrained(str(drop_think_model)))
+    assert [x.rule for x in split] == [PER_CALL] * len(claude.turns)
+
+
+def two_turn_episode(model_dir: Path, runs: Path, *, temperature: float = 0.0, seed: int = 0,
+                     reward: float = 1.0) -> str:  # fmt: skip
+    """One episode of two calls to the local model through the recording proxy, made with the
+    real openai SDK the way a harness makes them (the reply appended, then a tool result)."""
+    with LocalModelServer(LocalModel(model_dir, max_new_tokens=48)) as server, \
+            ProxyServer(ProxyConfig(trajectories=runs)) as proxy:  # fmt: skip
+        proxy.config.models.append(
+            ModelRoute.from_entry(
+                {
+                    "model_name": "tiny",
+                    "litellm_params": {
+                        "model": "hosted_vllm/tiny",
+                        "api_base": f"{server.url}/v1",
+                        "api_key": "x",
+                    },
+                }
+            )
+        )
+        ep = proxy.open_episode(model="tiny", metadata={"task": "t/ls", "harness": "sdk"})
+        client = openai.OpenAI(base_url=ep["base_url"], api_key="x")
+        messages = [
+            {"role": "system", "content": "You run shell commands."},
+            {"role": "user", "content": "Please run ls."},
+        ]
+        for i in range(2):
+            r = client.chat.completions.create(
+                model="tiny", messages=messages, tools=TOOLS, temperature=temperature, seed=seed + i
+            )
+            messages.append(
+                r.choices[0].message.model_dump(exclude_none=True, exclude={"annotations"})
+            )
+            messages.append({"role": "tool", "tool_call_id": "c1", "content": "a.txt"}
+                            if r.choices[0].message.tool_calls else
+                            {"role": "user", "content": "And now?"})  # fmt: skip
+            if messages[-1]["role"] == "tool":
+                messages[-1]["tool_call_id"] = r.choices[0].message.tool_calls[0].id
+        proxy.close_episode(ep["key"], reward=reward, resolved=reward > 0)
+    return ep["key"]
+
+
+def test_drift_is_flagged_on_a_template_that_does_not_round_trip(
+    tiny_model, drop_think_model, tmp_path
+):
+    two_turn_episode(tiny_model, tmp_path / "round-trip")
+    (ep,) = load(tmp_path / "round-trip")
+    assert len(ep.turns) == 2 and all(t.has_tokens for t in ep.turns)
+    (s,) = samples(ep, AutoTokenizer.from_pretrained(str(tiny_model)))
+    assert (s.rule, s.tokens, s.drift) == (MERGED, "recorded", False)
+
+    two_turn_episode(drop_think_model, tmp_path / "drop-think")
+    (ep,) = load(tmp_path / "drop-think")
+    tokenizer = AutoTokenizer.from_pretrained(str(drop_think_model))
+    split = samples(ep, tokenizer)
+    assert [x.rule for x in split] == [PER_CALL, PER_CALL]
+    # the first call's prompt ended with the empty think block; re-rendering the episode drops
+    # it, so a re-rendering trainer would be off exactly there
+    first = ep.turns[0]
+    think = tokenizer.convert_tokens_to_ids("<think>")
+    at = len(first.prompt_ids) - 2
+    assert first.prompt_ids[at] == think
+    assert split[0].drift is True and f"at token {at} of" in split[0].drift_detail
+
+
+def test_filters_and_unreadable_input(recorded, tmp_path):
+    assert {e.row["harness"] for e in load(recorded, Filters(harness=["pi"]))} == {"pi"}
+    assert load(recorded, Filters(min_reward=2.0)) == []
+    assert len(load(recorded, Filters(resolved=True, model=["tokens"]))) == 2
+    with pytest.raises(FileNotFoundError, match="no trajectory directory"):
+        load(tmp_path / "missing")
+    # an episode whose reward is missing (an infra failure) is not training data
+    runs = tmp_path / "runs"
+    with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
+        ep = proxy.open_episode(model="scripted", metadata={"task": "x"})
+        proxy.close_episode(ep["key"], failure_kind="sandbox", failure_message="lost")
+    assert load(runs) == [] and len(load(runs, Filters(include_failed=True))) == 1
+    assert json.loads(trajectories.read(runs, "episodes").to_pylist()[0]["metadata"]) == {}
