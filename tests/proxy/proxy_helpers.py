@@ -42,11 +42,15 @@ ANTHROPIC_BASH = {
 COMMAND = "echo hello > out.txt"
 
 
-def calls(runs: Path, n: int | None = None, timeout: float = 5.0) -> list[dict]:
-    """The recorded calls, waiting for `n` of them (a stream is recorded as it closes)."""
+def calls(
+    runs: Path, n: int | None = None, timeout: float = 30.0, episode: str | None = None
+) -> list[dict]:
+    """The recorded calls (of `episode`, if given), waiting for `n` of them: a stream is
+    recorded as it closes, which may be just after the client has read its last byte."""
     deadline = time.monotonic() + timeout
     while True:
         rows = trajectories.read(runs, "calls").to_pylist() if runs.exists() else []
+        rows = [r for r in rows if episode is None or r["episode"] == episode]
         if n is None or len(rows) >= n or time.monotonic() > deadline:
             return rows
         time.sleep(0.02)

@@ -79,6 +79,8 @@ def _kwargs(call: UpstreamCall) -> dict[str, Any]:
     kwargs["timeout"] = httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.connect)
     kwargs["max_retries"] = 0
     kwargs["num_retries"] = 0
+    if call.dialect.name == "responses" and wire_dialect(route) == "chat":
+        kwargs["use_chat_completions_api"] = True  # the bridge, even if LiteLLM deems it native
     if route.token_ids and wire_dialect(route) == "chat":
         extra = dict(kwargs.get("extra_body") or {})
         extra["return_token_ids"] = True
