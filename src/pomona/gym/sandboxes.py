@@ -3,7 +3,6 @@ heartbeats of its sandboxes, so two clients on one state directory would disagre
 
 from __future__ import annotations
 
-import atexit
 import threading
 
 from pomona.orchestrator.sdk.client import SandboxClient
@@ -22,8 +21,8 @@ def shared_client(runtime: str = "local", state_dir: str | None = None) -> Sandb
         return _clients[key]
 
 
-@atexit.register
 def _close_all() -> None:
+    """Close every shared client now (tests); at interpreter exit the SDK closes them itself."""
     for client in _clients.values():
         client.close()
     _clients.clear()

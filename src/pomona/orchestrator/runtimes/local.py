@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pomona import progress
 from pomona.orchestrator.errors import (
     InvalidRequest,
     PomonaError,
@@ -161,6 +163,7 @@ class LocalRuntime:
         self.cgroup_group = f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
         self.sandboxes: dict[str, _Live] = {}
         self.me = (os.getpid(), start_time(os.getpid()))
+        self._lock: int | None = None  # a shared flock on the state dir while this runtime uses it
         self._check_machine()
 
     def _check_machine(self) -> None:
@@ -208,6 +211,9 @@ class LocalRuntime:
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o700)  # other sandboxes' data: readable by nobody but the host's root
         register(self.root)
+        if self._lock is None:
+            self._lock = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self._lock, fcntl.LOCK_SH)  # waits while `pomona gc` or a close releases it
         self.state.mkdir(exist_ok=True)
         if os.path.ismount(self.state):
             return
@@ -241,11 +247,27 @@ class LocalRuntime:
         remove_group(self.cgroup_group)
 
     async def close(self) -> None:
+        """Stop serving gateways and let go of pidfds; sandboxes keep running. When none is left
+        and no other process uses the state dir, its mounts, loop device and cgroups go too."""
         for live in self.sandboxes.values():
             if live.gateway:
                 await live.gateway.close()
                 live.gateway = None
             live.release()
+        if self._lock is not None:
+            await asyncio.to_thread(self._release_state)
+
+    def _release_state(self) -> None:
+        assert self._lock is not None
+        try:
+            sandboxes = self.state / "sandboxes"
+            if not (sandboxes.is_dir() and any(sandboxes.iterdir())):
+                with contextlib.suppress(BlockingIOError):
+                    fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else uses it
+                    self.unmount_store()
+        finally:
+            os.close(self._lock)
+            self._lock = None
 
     def _live(self, record: _Record, directory: Path) -> _Live:
         uid = 0 if record.spec.get("user") == "root" else SANDBOX_UID
@@ -430,9 +452,11 @@ class LocalRuntime:
         with open(live.dir / "init.log", "wb") as log, os.fdopen(info_r, "rb") as info, \
                 os.fdopen(ready_w, "wb", buffering=0) as ready, os.fdopen(idle_r, "rb") as idle:
             try:
+                # a clean environment: the orchestrator's (API keys, tokens) must not reach the
+                # sandbox, whose root can read its init's /proc/1/environ
                 live.process = subprocess.Popen(args, pass_fds=(info_w, ready_r, idle_w, filter_fd),
                                                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                                start_new_session=True)
+                                                start_new_session=True, env={"PATH": DEFAULT_PATH})
             finally:
                 for fd in (info_w, ready_r, idle_w, filter_fd):
                     os.close(fd)
@@ -719,7 +743,7 @@ class LocalRuntime:
             proc = await asyncio.create_subprocess_exec(
                 "cp", "-a", "--reflink=auto", str(upper), str(target / "layer"),
                 stderr=asyncio.subprocess.PIPE)
-            _, err = await proc.communicate()
+            _, err = await progress.copying(proc, upper, target / "layer", f"snapshot {snapshot_id}")
             if proc.returncode:
                 raise SandboxFailed(f"snapshot copy failed: {err.decode().strip()}")
         except BaseException:

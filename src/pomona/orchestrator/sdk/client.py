@@ -8,13 +8,18 @@ so the two can never drift apart.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import contextlib
 import functools
+import logging
 import os
+import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from pomona.orchestrator.errors import SandboxFailed
 from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.runtimes import make_runtime
 from pomona.orchestrator.service import SandboxService
@@ -36,6 +41,7 @@ from pomona.orchestrator.types import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+log = logging.getLogger("pomona.sdk")
 
 
 class AsyncSandbox:
@@ -168,13 +174,23 @@ class AsyncSandboxClient:
             self._started = True
 
     async def close(self) -> None:
+        """Delete the sandboxes this client created (with auto_cleanup) and release the runtime.
+        Every step runs; what failed is raised at the end, never swallowed."""
+        failures: list[str] = []
         if self.auto_cleanup:
-            await asyncio.gather(*(self._service.delete(i) for i in list(self._owned)),
-                                 return_exceptions=True)
+            owned = list(self._owned)
+            results = await asyncio.gather(*(self._service.delete(i) for i in owned), return_exceptions=True)
+            failures += [f"delete {i}: {r!r}" for i, r in zip(owned, results, strict=True)
+                         if isinstance(r, BaseException)]
             self._owned.clear()
         if self._started:
-            await self._service.close()
             self._started = False
+            try:
+                await self._service.close()
+            except Exception as e:  # noqa: BLE001 - reported below with the rest
+                failures.append(f"close: {e!r}")
+        if failures:
+            raise SandboxFailed("closing the sandbox client failed: " + "; ".join(failures))
 
     async def create_sandbox(self, image: str = "host", *, network: NetworkMode | str = "none",
                              gateway: str | None = None, timeout: float | None = 3600,
@@ -368,21 +384,29 @@ class Sandbox:
 
 
 class SandboxClient:
-    """Sync twin of AsyncSandboxClient. `with SandboxClient() as client:` cleans up on exit."""
+    """Sync twin of AsyncSandboxClient. `with SandboxClient() as client:` cleans up on exit; a
+    client never closed (an exception, sys.exit) is closed when the interpreter exits."""
 
     def __init__(self, runtime: str | Runtime | None = None, **options: Any):
         self._portal = _Portal()
         self._root = self
         self._async = AsyncSandboxClient(runtime, **options)
+        _open_clients.add(self)
 
     def __enter__(self) -> SandboxClient:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self.close()
+        except SandboxFailed as e:
+            if exc_type is None:
+                raise
+            log.error("%s (while handling another error)", e)
 
     def close(self) -> None:
+        _open_clients.discard(self)
         if self._portal.thread.is_alive():
             try:
                 self._portal.call(self._async.close())
@@ -398,3 +422,20 @@ class SandboxClient:
     delete_snapshot = _sync(AsyncSandboxClient.delete_snapshot)
     delete_sandbox = _sync(AsyncSandboxClient.delete_sandbox)
     reap = _sync(AsyncSandboxClient.reap)
+
+
+_open_clients: weakref.WeakSet[SandboxClient] = weakref.WeakSet()
+
+
+def _close_open_clients() -> None:
+    """At interpreter exit, before concurrent.futures stops taking work (after which every
+    to_thread in a delete fails with "cannot schedule new futures after shutdown")."""
+    for client in list(_open_clients):
+        try:
+            client.close()
+        except Exception as e:  # noqa: BLE001 - one client's failure must not stop the others
+            log.error("closing a SandboxClient at exit failed: %s", e)
+            print(f"pomona: closing a SandboxClient at exit failed: {e}", file=sys.stderr)
+
+
+threading._register_atexit(_close_open_clients)  # type: ignore[attr-defined]

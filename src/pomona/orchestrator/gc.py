@@ -1,0 +1,171 @@
+"""`pomona gc`: release what a state directory holds that no live process owns.
+
+A runtime holds a shared flock on its state directory's `lock` file while it runs. When gc gets
+the lock exclusively, nobody uses the directory, so everything of it goes: sandbox processes
+(found by the cgroups and the command lines that name the directory), mounts under it (deepest
+first), the loop devices behind them, the runtime's cgroups and the Docker containers labelled
+with it. When someone does use it, only sandboxes whose init and creator are both dead go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from pomona.orchestrator.linux.cgroups import ROOT as CGROUP_ROOT
+from pomona.orchestrator.linux.statedirs import registered
+from pomona.orchestrator.linux.syscalls import alive, unmount
+
+
+def _processes_naming(root: Path) -> list[int]:
+    """Processes whose command line names the state dir: sandbox inits (bwrap --bind ...)."""
+    needle = os.fsencode(str(root)) + b"/"
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if int(pid) != os.getpid() and needle in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+    return found
+
+
+def _cgroup_dirs(root: Path) -> list[Path]:
+    """The runtime's parent cgroups (one per v1 controller, or one on v2)."""
+    group = "pomona-" + hashlib.sha256(str(root).encode()).hexdigest()[:10]
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return [CGROUP_ROOT / group]
+    return [CGROUP_ROOT / c / group for c in ("memory", "pids", "cpu")]
+
+
+def _kill_cgroups(parents: list[Path]) -> list[str]:
+    released = []
+    for parent in parents:
+        if not parent.is_dir():
+            continue
+        for child in [p for p in parent.iterdir() if p.is_dir()]:
+            with contextlib.suppress(OSError):
+                for pid in (child / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+            released.append(f"cgroup {child}")
+    return released
+
+
+def _remove_cgroups(parents: list[Path]) -> None:
+    for parent in parents:
+        if parent.is_dir():
+            for child in [p for p in parent.iterdir() if p.is_dir()]:
+                for _ in range(100):  # killed processes leave the cgroup within moments
+                    try:
+                        child.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        os.sched_yield()
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
+
+def _mounts_under(root: Path) -> list[str]:
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    prefix = str(root) + "/"
+    return sorted({p for p in points if p.startswith(prefix)}, key=lambda p: p.count("/"), reverse=True)
+
+
+def _loop_devices(root: Path) -> list[str]:
+    prefix = str(root) + "/"
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        if backing.read_text().strip().startswith(prefix):
+            found.append("/dev/" + backing.parts[3])
+    return found
+
+
+def _containers(root: Path) -> list[str]:
+    if not shutil.which("docker"):
+        return []
+    owner = hashlib.sha256(f"pomona:{root}".encode()).hexdigest()[:16]
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=pomona.owner={owner}"],
+                            capture_output=True, text=True)
+    ids = listed.stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+    return [f"container {i}" for i in ids]
+
+
+def _everything(root: Path) -> list[str]:
+    """Nobody uses the state dir: release all of it."""
+    released = _kill_cgroups(_cgroup_dirs(root))
+    for pid in _processes_naming(root):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            released.append(f"process {pid}")
+    for point in _mounts_under(root):
+        with contextlib.suppress(OSError):
+            unmount(point)
+            released.append(f"mount {point}")
+    for device in _loop_devices(root):  # autoclear frees most; a device pinned by nothing now goes
+        if subprocess.run(["losetup", "-d", device], capture_output=True).returncode == 0:
+            released.append(f"loop device {device}")
+    _remove_cgroups(_cgroup_dirs(root))
+    released += _containers(root)
+    return released
+
+
+def _dead_sandboxes(root: Path) -> list[str]:
+    """Someone uses the state dir: remove only sandboxes whose init and creator both died."""
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    runtime = LocalRuntime(root)
+    released = []
+    for path in sorted((runtime.state / "sandboxes").glob("*/record.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if alive(record.get("init_pid", 0), record.get("init_start", 0)) or \
+                alive(record.get("owner_pid", 0), record.get("owner_start", 0)):
+            continue
+        runtime._teardown(path.parent, None, None)
+        released.append(f"sandbox {path.parent.name}")
+    return released
+
+
+def collect(state_dir: str | os.PathLike) -> list[str]:
+    """Release what the state dir holds that no live process owns; say what was released."""
+    root = Path(state_dir).absolute()
+    if not (root / "lock").exists() and not (root / "store.xfs").exists():
+        return []
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _dead_sandboxes(root)
+        return _everything(root)
+    finally:
+        os.close(fd)
+
+
+def add_gc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("gc", help="release what a state dir holds that no live process owns")
+    p.add_argument("--state-dir", action="append", metavar="D",
+                   help="a state dir (repeatable; default: /var/lib/pomona and every registered one)")
+    p.set_defaults(func=gc_command)
+    return p
+
+
+def gc_command(args: argparse.Namespace) -> int:
+    dirs = args.state_dir or sorted({"/var/lib/pomona", *map(str, registered())})
+    for state_dir in dirs:
+        for line in collect(state_dir):
+            print(f"{state_dir}: released {line}")
+    return 0
