@@ -44,8 +44,10 @@ LABEL_SCRIPT = """
                      (el.labels && [...el.labels].some((l) => l.contains(top))));
     });
     if (!hit) continue;
-    const text = (el.innerText || el.value || el.getAttribute('aria-label') ||
-                  el.getAttribute('placeholder') || el.getAttribute('title') ||
+    const labelled = el.labels && el.labels.length ? [...el.labels].map((l) => l.innerText).join(' ') : '';
+    const field = ['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName);
+    const own = field ? (['checkbox', 'radio'].includes(el.type) ? labelled : el.value) : el.innerText;
+    const text = (own || labelled || el.getAttribute('aria-label') || el.getAttribute('title') ||
                   el.getAttribute('alt') || '').replace(/\\s+/g, ' ').trim().slice(0, 120);
     found.push({el, box: [x0, y0, x1 - x0, y1 - y0],
                 tag: el.tagName.toLowerCase(), type: el.getAttribute('type') || '',

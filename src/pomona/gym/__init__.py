@@ -4,6 +4,7 @@ Importing pomona registers them (each documents its spaces in its module):
   pomona/ShellEnv-v0      one step is one shell command              (pomona.gym.shell_env)
   pomona/HarnessEnv-v0    one episode is one whole harness run       (pomona.gym.harness_env)
   pomona/ModelCallEnv-v0  one step is one model call of the harness  (pomona.gym.model_call_env)
+  pomona/BrowserEnv-v0    one step is one action in a real browser   (pomona.gym.browser_env)
 
 `pomona.gym.rollout(tasks, harness, model, n=k, concurrency=c)` runs batched attempts
 (pomona.gym.rollout). Everything but registration loads lazily, so `import pomona` stays light.
@@ -18,6 +19,7 @@ _ENVS = {
     # real harnesses stamp times and session ids into their requests: not seed-deterministic
     "pomona/HarnessEnv-v0": ("pomona.gym.harness_env:HarnessEnv", True),
     "pomona/ModelCallEnv-v0": ("pomona.gym.model_call_env:ModelCallEnv", True),
+    "pomona/BrowserEnv-v0": ("pomona.gym.browser_env:BrowserEnv", False),
 }
 
 

@@ -1,0 +1,61 @@
+"""Every browser task, whatever its benchmark, through one interface the env and the runner use:
+which web its sandbox serves, how an episode begins and ends, how it is graded, and what the
+oracle does.
+
+    miniwob            MiniWoB++'s sampled tasks (miniwob.py), graded by the page's own reward
+    webvoyager-local   the local sites' tasks (tasks.py), graded by the site oracle (oracle.py)
+    deepshop-local     the shop's tasks
+    mind2web-local     the local sites' tasks in Online-Mind2Web's schema
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pomona.benchmarks.browser import miniwob, tasks
+from pomona.benchmarks.browser.web import LocalWeb
+from pomona.benchmarks.task import Score, Task
+from pomona.browser_env.marks import Mark
+
+BENCHMARKS = ("miniwob", *tasks.BENCHMARKS)
+
+
+def load(benchmark: str) -> list[Task]:
+    if benchmark == "miniwob":
+        return miniwob.tasks()
+    return tasks.load(benchmark)
+
+
+def is_miniwob(task: Task) -> bool:
+    return "miniwob" in task.metadata
+
+
+def web_for(task: Task) -> LocalWeb:
+    return LocalWeb(miniwob=is_miniwob(task))
+
+
+def begin(session: Any, task: Task, seed: int) -> str:
+    """Open the task's start page (drawing MiniWoB's instance) and return the instruction."""
+    if is_miniwob(task):
+        return miniwob.begin(session, task, seed)
+    session.goto(task.metadata["web"])
+    return task.instruction
+
+
+def ended(session: Any, task: Task) -> bool:
+    """Whether the page itself ended the episode (MiniWoB does; the sites wait for an answer)."""
+    return is_miniwob(task) and miniwob.ended(session)
+
+
+def grade(session: Any, task: Task, answer: str | None) -> Score:
+    artifacts = task.scorer.collect(task, session)  # type: ignore[arg-type]
+    return task.scorer.score(task, {**artifacts, "answer": answer})
+
+
+def oracle_actions(task: Task, instruction: str, marks: list[Mark]) -> list[str]:
+    """The reference action sequence: recorded for the sites, solved per instance for MiniWoB."""
+    if is_miniwob(task):
+        return miniwob.solve(task, instruction, marks)
+    if task.solution is None:
+        raise ValueError(f"task {task.id} has no reference actions (run references.py)")
+    return list(task.solution)
