@@ -175,6 +175,15 @@ def save_artifacts(link: ProxyLink, key: str, files: dict[str, bytes]) -> list[d
     return out
 
 
+def grading_artifacts(log_dir: str | None) -> list[dict[str, str]]:
+    """The files a scorer kept in its log directory (SWE-bench: the patch, the test output, the
+    report), as artifacts of the episode, so the row says where its grading evidence is."""
+    if not log_dir or not Path(log_dir).is_dir():
+        return []
+    files = sorted(p for p in Path(log_dir).iterdir() if p.is_file())
+    return [{"name": f"grading/{p.name}", "uri": p.resolve().as_uri()} for p in files]
+
+
 def close_episode(link: ProxyLink, record: EpisodeRecord) -> None:
     """Write the `episodes` row (the proxy writes it once, at the first close)."""
     link.close_episode(
@@ -258,6 +267,7 @@ def run_episode(
             if verdict is not None:
                 record.reward, record.resolved = verdict.reward, verdict.resolved
                 record.score = verdict.model_dump()
+                record.artifacts += grading_artifacts(verdict.details.get("log_dir"))
     except Exception as e:  # noqa: BLE001 - one episode's failure is its record, not a crash
         record.failure_kind, record.failure_message = failure_of(e, sandbox)
     finally:

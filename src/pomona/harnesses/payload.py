@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pomona import progress
 from pomona.harnesses.base import BinaryInstall, Harness, NpmInstall, PypiInstall
 
 DEFAULT_ROOT = Path(os.environ.get("POMONA_TOOLS_DIR", "/var/cache/pomona/tools"))
@@ -500,7 +501,7 @@ def install(
     wanted = list(names) if names else all_names()
     with _locked(root):
         have = _stamps(root)
-        for name in wanted:
+        for name in progress.track(wanted, "harness payload", unit="harness"):
             harness = get(name)
             if not force and (have.get(name) or {}).get("fingerprint") == fingerprint(harness):
                 report.cached[name] = harness.version

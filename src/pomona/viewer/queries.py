@@ -126,7 +126,7 @@ def runs(index: StoreIndex) -> list[dict[str, Any]]:
         by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             by_run[row["run"] or "(no run)"].append(row)
-        newest = max(r["ended_at"] for r in rows if r["ended_at"] is not None)
+        newest = max((r["ended_at"] for r in rows if r["ended_at"] is not None), default=None)
         out = []
         for run, group in by_run.items():
             out.append(_run_summary(run, group, live_files, pending, newest))

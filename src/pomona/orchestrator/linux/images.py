@@ -30,6 +30,7 @@ from typing import IO
 
 import httpx
 
+from pomona import progress
 from pomona.orchestrator.errors import ImageNotFound, InvalidRequest
 from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
 
@@ -228,7 +229,8 @@ class ImageStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
         try:
-            with open_layer() as raw:
+            desc = f"unpacking layer {diff_id.split(':')[-1][:12]}"
+            with open_layer() as opened, progress.reading(opened, desc) as raw:
                 _extract_layer(_decompressed(raw), staging)
             with contextlib.suppress(OSError):  # a concurrent unpack of the same layer won
                 staging.rename(target)
