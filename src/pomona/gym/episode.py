@@ -232,6 +232,7 @@ def run_episode(
     episode: the record (and the `episodes` row) says what failed."""
     h = ensure_harness(harness)
     link = ProxyLink.of(proxy)
+    timeout = task.agent_timeout(timeout)
     run_id = run_id or secrets.token_hex(4)
     t0, wall0 = time.monotonic(), time.time()
     record = EpisodeRecord("", task.id, task.benchmark, h.name, model, attempt, started_at=wall0)
@@ -241,7 +242,6 @@ def run_episode(
         ep = open_episode(link, task, h, name, run_id, metadata={"attempt": attempt}, **fields)
     except Exception as e:  # noqa: BLE001 - no episode, so no row: the record alone says why
         record.failure_kind, record.failure_message = "proxy", f"could not open an episode: {e!r}"
-    timeout = task.agent_timeout(timeout)
         return record
     record.episode = ep["key"]
     timings = record.timings
