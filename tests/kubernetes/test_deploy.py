@@ -144,6 +144,21 @@ def test_secrets_are_referenced_never_rendered():
     assert container["args"][container["args"].index("--runtime") + 1] == "kubernetes"
 
 
+def test_probes_ask_each_server_its_own_health_route(tmp_path):
+    from pomona.orchestrator.server.app import build
+    from pomona.proxy import ProxyConfig
+    from pomona.proxy.app import create_app
+
+    routes = {
+        "pomona-orchestrator": {r.path for r in build("local", str(tmp_path)).routes},
+        "pomona-proxy": {r.path for r in create_app(ProxyConfig()).routes},
+    }
+    for deployment in by_kind(render(Values()), "Deployment"):
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"]["path"] in routes[deployment["metadata"]["name"]]
+
+
 def test_availability_objects():
     values = Values(replicas=4, max_replicas=12)
     objects = render(values)

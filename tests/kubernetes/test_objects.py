@@ -244,7 +244,7 @@ def offline_runtime():
     [
         (SandboxSpec(image="host"), "image='host'"),
         (SandboxSpec(image="debian", limits={"pids": 64}), "podPidsLimit"),
-    (SandboxSpec(image="debian", limits={"disk": "1Gi"}), "workspace_storage_class"),
+        (SandboxSpec(image="debian", limits={"disk": "1Gi"}), "workspace_storage_class"),
         (SandboxSpec(image="debian", network="gateway", gateway="127.0.0.1:4000"), "loopback"),
         (
             SandboxSpec(image="debian", network="gateway", gateway="no-such-host.invalid:4000"),

@@ -19,7 +19,7 @@ from pomona.trajectories.redact import (
     redact_url,
     redact_value,
 )
-from pomona.trajectories.writer import TrajectoryWriter
+from pomona.trajectories.storage import open_writer
 
 _BODIES = (
     "response",
@@ -43,10 +43,9 @@ class Recorder:
     """
 
     def __init__(self, directory: Path | None, durable: bool = False, secrets: Iterable[str] = ()):
-        self.calls = TrajectoryWriter(directory, "calls", durable=durable) if directory else None
-        self.episodes = (
-            TrajectoryWriter(directory, "episodes", durable=durable) if directory else None
-        )
+        # a directory, or an object store URI (many proxy replicas, one store: storage.py)
+        self.calls = open_writer(directory, "calls", durable=durable) if directory else None
+        self.episodes = open_writer(directory, "episodes", durable=durable) if directory else None
         self.secrets = [s for s in secrets if isinstance(s, str)]
 
     def close(self) -> None:

@@ -97,7 +97,12 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 def read_with_report(
     directory: str | os.PathLike[str], table: str = "calls"
 ) -> tuple[pa.Table, ReadReport]:
-    """All rows of `table` in `directory` (stream files and compacted Parquet), plus a report."""
+    """All rows of `table` in `directory` (stream files and compacted Parquet), plus a report.
+    `directory` may also be an object store URI (s3://...): see storage.py."""
+    from pomona.trajectories import storage
+
+    if storage.is_uri(directory):
+        return storage.read_store(storage.location_of(directory), table)
     directory = Path(directory)
     schema = schema_for(table)
     report = ReadReport(table)
