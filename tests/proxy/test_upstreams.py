@@ -1,22 +1,24 @@
-"""Real upstreams over real HTTP: pass-through keeps every byte, LiteLLM translates across
-dialects, and each upstream failure reaches the client in its own dialect and is recorded."""
+"""Upstream faults, over real HTTP against fake upstreams that speak each dialect on the wire:
+every failure reaches the client with the documented status, in its own dialect, with the
+upstream's retry headers, and is recorded; pass-through keeps unknown fields byte for byte."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
+import textwrap
 
 import anthropic
 import httpx
 import openai
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
-from proxy_helpers import ANTHROPIC_BASH, CHAT_BASH, COMMAND, calls, response_of
+from fastapi import FastAPI
+from fastapi.responses import Response
+from proxy_helpers import ANTHROPIC_BASH, CHAT_BASH, COMMAND, calls
 
 from pomona.proxy import AppServer, ProxyConfig, ProxyServer
 from pomona.proxy.config import Timeouts
+from pomona.proxy.testing import FakeUpstream
 
 # A vLLM-style answer carrying fields a translation would drop; the exact bytes must survive.
 VLLM_BODY = (
@@ -26,55 +28,8 @@ VLLM_BODY = (
     b'"bytes":[104],"top_logprobs":[]},{"token":"i","logprob":-0.25,"bytes":[105],"top_logprobs":[]}]}}],'
     b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"kv_transfer_params":null,  "x_unknown":{"a":[1]}}'
 )
-VLLM_STREAM = [
-    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"q","prompt_token_ids":[1,2,3],"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n',
-    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"q","choices":[{"index":0,"delta":{"reasoning_content":"th"},"token_ids":[7],"finish_reason":null}]}\n\n',
-    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"q","choices":[{"index":0,"delta":{"content":"hi"},"token_ids":[8],"finish_reason":"stop"}]}\n\n',
-    b"data: [DONE]\n\n",
-]
-
-
-def fake_upstream() -> FastAPI:
-    """An OpenAI/Anthropic-compatible upstream whose behaviour is chosen by the model name."""
-    app = FastAPI()
-    app.state.seen = []
-
-    @app.post("/v1/chat/completions")
-    @app.post("/v1/messages")
-    async def answer(request: Request):
-        body = await request.json()
-        app.state.seen.append((request.url.path, dict(request.headers), body))
-        model = body["model"]
-        if model == "rate-limited":
-            return Response(
-                b'{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limit"}}',
-                429,
-                media_type="application/json",
-            )
-        if model == "broken":
-            return Response(b"<html>internal error</html>", 500, media_type="text/html")
-        if model == "slow":
-            await asyncio.sleep(5)
-        if model in ("cut", "hang"):
-
-            async def cut():
-                yield VLLM_STREAM[0]
-                yield VLLM_STREAM[1][:40]  # then the connection dies mid-event
-                if model == "hang":
-                    await asyncio.sleep(30)
-                raise RuntimeError("upstream died")
-
-            return StreamingResponse(cut(), media_type="text/event-stream")
-        if body.get("stream"):
-
-            async def chunks():
-                for c in VLLM_STREAM:
-                    yield c
-
-            return StreamingResponse(chunks(), media_type="text/event-stream")
-        return Response(VLLM_BODY, media_type="application/json")
-
-    return app
+BEHAVIOURS = ("ok", "rate-limited", "broken", "gzip", "cut", "slow", "stall", "hang", "trailing")
+MESSAGES = [{"role": "user", "content": "go"}]
 
 
 def free_port() -> int:
@@ -84,268 +39,351 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def fake():
-    with AppServer(fake_upstream()) as server:
-        yield server
+def fakes():
+    with FakeUpstream("chat") as chat, FakeUpstream("anthropic") as anth:
+        yield {"chat": chat, "anthropic": anth}
 
 
 @pytest.fixture(scope="module")
-def scripted_upstream():
-    """The scripted model as a standalone upstream server (nothing recorded there)."""
-    with ProxyServer(ProxyConfig(default_script=[COMMAND])) as server:
+def verbatim():
+    """An upstream answering VLLM_BODY whatever it is asked."""
+    app = FastAPI()
+    app.add_api_route(
+        "/v1/chat/completions",
+        lambda: Response(VLLM_BODY, media_type="application/json"),
+        methods=["POST"],
+    )
+    with AppServer(app) as server:
         yield server
 
 
-def _route(name: str, model: str, base: str, **info) -> dict:
+def _route(name: str, model: str, base: str, **pomona) -> dict:
     entry = {
         "model_name": name,
         "litellm_params": {"model": model, "api_base": base, "api_key": "sk-upstream-secret"},
     }
-    if info:
-        entry["model_info"] = {"pomona": info}
+    if pomona:
+        entry["model_info"] = {"pomona": pomona}
     return entry
 
 
-@pytest.fixture
-def front(runs, fake, scripted_upstream):
-    models = [
-        _route("vllm", "hosted_vllm/q", f"{fake.url}/v1"),
-        *(
-            _route(n, f"openai/{n}", f"{fake.url}/v1")
-            for n in ("rate-limited", "broken", "slow", "cut", "hang")
-        ),
-        _route("scripted-chat", "hosted_vllm/scripted", f"{scripted_upstream.url}/v1"),
-        _route("scripted-anthropic", "anthropic/scripted", scripted_upstream.url),
-        _route("down", "openai/x", f"http://127.0.0.1:{free_port()}/v1"),
-    ]
-    with ProxyServer(
-        ProxyConfig.from_model_list(models, trajectories=runs, timeouts=Timeouts(total=1.0))
-    ) as p:
-        yield p
+@pytest.fixture(scope="module")
+def front(fakes, verbatim, tmp_path_factory):
+    """vllm-BEHAVIOUR and claude-BEHAVIOUR routes to the fakes; slow models time out fast."""
+    runs = tmp_path_factory.mktemp("faults")
+    limits = {"slow": {"read": 1}, "stall": {"read": None, "total": 2}}
+    models = [_route("verbatim", "hosted_vllm/q", f"{verbatim.url}/v1")]
+    for b in BEHAVIOURS:
+        extra = {"timeouts": limits[b]} if b in limits else {}
+        models.append(_route(f"vllm-{b}", f"hosted_vllm/{b}", fakes["chat"].base_url, **extra))
+        models.append(_route(f"claude-{b}", f"anthropic/{b}", fakes["anthropic"].base_url, **extra))
+    models.append(_route("vllm-down", "hosted_vllm/x", f"http://127.0.0.1:{free_port()}/v1"))
+    models.append(_route("claude-down", "anthropic/x", f"http://127.0.0.1:{free_port()}"))
+    with ProxyServer(ProxyConfig.from_model_list(models, trajectories=runs)) as proxy:
+        yield proxy, runs
 
 
-def test_passthrough_keeps_unknown_fields_byte_for_byte(front, runs, fake):
-    ep = front.open_episode()
+def _openai(front, **kw) -> tuple[openai.OpenAI, str]:
+    proxy, _ = front
+    ep = proxy.open_episode()
+    return openai.OpenAI(base_url=ep["base_url"], api_key="k", max_retries=0, **kw), ep["key"]
+
+
+def _anthropic(front, **kw) -> tuple[anthropic.Anthropic, str]:
+    proxy, _ = front
+    ep = proxy.open_episode()
+    client = anthropic.Anthropic(
+        base_url=ep["anthropic_base_url"], api_key="k", max_retries=0, **kw
+    )
+    return client, ep["key"]
+
+
+def _row(front, key: str) -> dict:
+    (row,) = calls(front[1], 1, episode=key)
+    return row
+
+
+def _chat(client: openai.OpenAI, model: str, stream: bool = False):
+    out = client.chat.completions.create(
+        model=model, messages=MESSAGES, tools=[CHAT_BASH], stream=stream, max_tokens=50
+    )
+    return list(out) if stream else out
+
+
+def _messages(client: anthropic.Anthropic, model: str, stream: bool = False):
+    kwargs = dict(model=model, max_tokens=50, messages=MESSAGES, tools=[ANTHROPIC_BASH])
+    if not stream:
+        return client.messages.create(**kwargs)
+    with client.messages.stream(**kwargs) as s:
+        return s.get_final_message()
+
+
+# --- pass-through fidelity -----------------------------------------------------------------------
+
+
+def test_passthrough_keeps_unknown_fields_byte_for_byte(front, verbatim):
+    proxy, runs = front
+    ep = proxy.open_episode()
     r = httpx.post(
         f"{ep['base_url']}/chat/completions",
-        json={"model": "vllm", "messages": [{"role": "user", "content": "x"}]},
+        json={"model": "verbatim", "messages": MESSAGES},
         headers={"authorization": "Bearer sk-client-secret"},
     )
     assert r.status_code == 200 and r.content == VLLM_BODY
-    path, headers, body = fake.app.state.seen[-1]
-    assert (
-        headers["authorization"] == "Bearer sk-upstream-secret"
-    )  # the route's key replaces the caller's
-    assert body["model"] == "q" and body["return_token_ids"] is True and body["logprobs"] is True
-    (row,) = calls(runs, 1)
-    assert row["response"].encode() == VLLM_BODY and row["upstream"] == "passthrough"
+    row = _row(front, ep["key"])
+    assert row["response"].encode() == VLLM_BODY == row["upstream_response"].encode()
     assert row["prompt_token_ids"] == [1, 2, 3] and row["completion_token_ids"] == [7, 8]
     assert row["completion_logprobs"] == [-0.5, -0.25]
+    sent = json.loads(row["upstream_request"])
+    assert sent["model"] == "q" and sent["return_token_ids"] is True and sent["logprobs"] is True
     blob = b"".join(p.read_bytes() for p in runs.iterdir())
     assert b"sk-client-secret" not in blob and b"sk-upstream-secret" not in blob
 
 
-def test_passthrough_stream_is_relayed_unchanged_and_assembled(front, runs):
-    ep = front.open_episode()
-    with httpx.stream(
-        "POST",
-        f"{ep['base_url']}/chat/completions",
-        json={"model": "vllm", "stream": True, "messages": [], "tools": [CHAT_BASH]},
-    ) as r:
-        got = b"".join(r.iter_bytes())
-    assert got == b"".join(VLLM_STREAM)
-    (row,) = calls(runs, 1)
-    final = response_of(row)
-    assert final["choices"][0]["message"] == {
-        "role": "assistant",
-        "content": "hi",
-        "reasoning_content": "th",
-    }
-    assert row["prompt_token_ids"] == [1, 2, 3] and row["completion_token_ids"] == [7, 8]
-    assert row["token_faithful"] is True and row["status"] == "ok"
-
-
-def test_token_faithfulness_through_a_scripted_vllm_upstream(front, runs):
-    """The scripted upstream returns vLLM-style token ids; replaying its reply verbatim extends
-    the previous prompt+completion, rewriting history does not."""
-    ep = front.open_episode(script=[COMMAND, "ls"])
-    client = openai.OpenAI(base_url=ep["base_url"], api_key="k")
-    messages = [{"role": "user", "content": "go"}]
-    first = (
-        client.chat.completions.create(model="scripted-chat", messages=messages, tools=[CHAT_BASH])
-        .choices[0]
-        .message
-    )
+def test_token_faithfulness_through_a_vllm_upstream(front):
+    """Replaying the reply verbatim extends the previous prompt+completion; rewriting it does not."""
+    client, key = _openai(front)
+    first = _chat(client, "vllm-ok").choices[0].message
     tc = first.tool_calls[0]
     assistant = {
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {
-                "id": tc.id,
-                "type": "function",
-                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
-            }
+            {"id": tc.id, "type": "function",
+             "function": {"name": tc.function.name, "arguments": tc.function.arguments}}
         ],
-    }
-    faithful = [*messages, assistant, {"role": "tool", "tool_call_id": tc.id, "content": "ok"}]
-    client.chat.completions.create(model="scripted-chat", messages=faithful, tools=[CHAT_BASH])
-    rewritten = {
-        **assistant,
-        "tool_calls": [
-            {
-                **assistant["tool_calls"][0],
-                "function": {"name": "bash", "arguments": '{"command":"echo hello > out.txt"}'},
-            }
-        ],
-    }
+    }  # fmt: skip
+    faithful = [*MESSAGES, assistant, {"role": "tool", "tool_call_id": tc.id, "content": "ok"}]
+    client.chat.completions.create(model="vllm-ok", messages=faithful, tools=[CHAT_BASH])
+    rewritten = json.loads(json.dumps(assistant))
+    rewritten["tool_calls"][0]["function"]["arguments"] = '{"command":"echo hello > out.txt"}'
     client.chat.completions.create(
-        model="scripted-chat",
+        model="vllm-ok",
         messages=[*faithful, rewritten, {"role": "tool", "tool_call_id": tc.id, "content": "ok"}],
         tools=[CHAT_BASH],
     )
-    rows = calls(runs, 3)
+    rows = calls(front[1], 3, episode=key)
     assert [r["token_faithful"] for r in rows] == [True, True, False]
-    assert rows[0]["token_faithful_reason"] == "first call of the episode"
     assert "extends" in rows[1]["token_faithful_reason"]
     assert "diverges" in rows[2]["token_faithful_reason"]
-    assert all(r["completion_logprobs"] for r in rows)
 
 
-def test_translation_chat_caller_to_anthropic_upstream(front, runs, scripted_upstream):
-    """A chat client served by an Anthropic-dialect upstream: LiteLLM translates both ways."""
-    client = openai.OpenAI(base_url=front.open_episode()["base_url"], api_key="k")
-    got = client.chat.completions.create(
-        model="scripted-anthropic",
-        messages=[{"role": "user", "content": "go"}],
-        tools=[CHAT_BASH],
-        max_tokens=100,
+# --- rate limits, encodings, unreachable, broken ---------------------------------------------------
+
+
+@pytest.mark.parametrize("caller", ["chat", "anthropic"])
+@pytest.mark.parametrize("upstream", ["vllm", "claude"])
+def test_rate_limit_headers_reach_the_client(front, caller, upstream):
+    model = f"{upstream}-rate-limited"
+    if caller == "chat":
+        client, key = _openai(front)
+        with pytest.raises(openai.RateLimitError) as err:
+            _chat(client, model)
+        assert err.value.body["message"] == "rate limit reached; retry after 7 s"
+    else:
+        client, key = _anthropic(front)
+        with pytest.raises(anthropic.RateLimitError) as err:
+            _messages(client, model)
+        assert err.value.body["error"] == {
+            "type": "rate_limit_error",
+            "message": "rate limit reached; retry after 7 s",
+        }
+    headers = err.value.response.headers
+    assert headers["retry-after"] == "7" and headers["x-ratelimit-remaining-requests"] == "0"
+    row = _row(front, key)
+    assert (row["status"], row["status_code"], row["upstream_status_code"]) == (
+        "upstream_error",
+        429,
+        429,
     )
-    tc = got.choices[0].message.tool_calls[0]
-    assert tc.function.name == "bash" and json.loads(tc.function.arguments) == {"command": COMMAND}
-    rows = calls(runs, 1)
-    print([(r["status"], r["error"]) for r in rows])
-    (row,) = rows
-    assert row["upstream"] == "litellm" and row["status"] == "ok"
+    assert json.loads(row["upstream_response_headers"])["retry-after"] == "7"
 
 
-def test_translation_anthropic_caller_to_chat_upstream(front, runs):
-    client = anthropic.Anthropic(base_url=front.open_episode()["anthropic_base_url"], api_key="k")
-    msg = client.messages.create(
-        model="scripted-chat",
-        max_tokens=100,
-        messages=[{"role": "user", "content": "go"}],
-        tools=[ANTHROPIC_BASH],
-    )
-    block = next(b for b in msg.content if b.type == "tool_use")
-    assert block.name == "Bash" and block.input == {"command": COMMAND}
-    (row,) = calls(runs, 1)
-    assert row["upstream"] == "litellm" and row["dialect"] == "anthropic"
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("caller", "model"), [("chat", "vllm-gzip"), ("anthropic", "vllm-gzip"),
+                                               ("anthropic", "claude-gzip")])  # fmt: skip
+def test_gzip_upstream_is_decoded_and_relayed(front, caller, model, stream):
+    if caller == "chat":
+        client, key = _openai(front)
+        got = _chat(client, model, stream)
+        if stream:
+            args = "".join(
+                tc.function.arguments or "" for c in got if c.choices
+                for tc in c.choices[0].delta.tool_calls or []
+            )  # fmt: skip
+        else:
+            args = got.choices[0].message.tool_calls[0].function.arguments
+        assert json.loads(args) == {"command": COMMAND}
+    else:
+        client, key = _anthropic(front)
+        block = _messages(client, model, stream).content[0]
+        assert block.type == "tool_use" and block.input == {"command": COMMAND}
+    row = _row(front, key)
+    assert row["status"] == "ok"
+    assert json.loads(row["upstream_response_headers"])["content-encoding"] == "gzip"
+    assert COMMAND.replace(">", "") in row["upstream_response"].replace(">", "")  # decoded text
 
 
-@pytest.mark.parametrize(
-    ("model", "status", "kind"),
-    [
-        ("rate-limited", 429, "rate_limit_error"),
-        ("broken", 500, "api_error"),
-        ("slow", 504, "timeout_error"),
-        ("down", 502, "api_error"),
-    ],
-)
-def test_upstream_failures_reach_the_client_in_its_dialect(front, runs, model, status, kind):
-    ep = front.open_episode()
-    client = openai.OpenAI(base_url=ep["base_url"], api_key="k", max_retries=0)
-    with pytest.raises(openai.APIStatusError) as err:
-        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
-    assert err.value.status_code == status
-    assert (
-        err.value.body["type"] == kind
-        if model != "rate-limited"
-        else err.value.body["code"] == "rate_limit"
-    )
-    (row,) = calls(runs, 1)
-    assert row["status"] == "upstream_error" and row["status_code"] == status and row["error"]
-
-
-def test_upstream_down_in_anthropic_dialect(front, runs):
-    client = anthropic.Anthropic(
-        base_url=front.open_episode()["anthropic_base_url"], api_key="k", max_retries=0
-    )
-    front.config.models.append(
-        front.config.route("down").__class__.from_entry(
-            _route("down-a", "anthropic/x", f"http://127.0.0.1:{free_port()}")
-        )
-    )
-    with pytest.raises(anthropic.APIStatusError) as err:
-        client.messages.create(
-            model="down-a", max_tokens=5, messages=[{"role": "user", "content": "x"}]
-        )
+@pytest.mark.parametrize(("caller", "model"), [("chat", "vllm-down"), ("chat", "claude-down"),
+                                               ("anthropic", "claude-down"), ("anthropic", "vllm-down")])  # fmt: skip
+def test_unreachable_upstream_is_502_in_the_callers_dialect(front, caller, model):
+    if caller == "chat":
+        client, key = _openai(front)
+        with pytest.raises(openai.APIStatusError) as err:
+            _chat(client, model)
+        assert err.value.body["code"] == "upstream_unreachable"
+    else:
+        client, key = _anthropic(front)
+        with pytest.raises(anthropic.APIStatusError) as err:
+            _messages(client, model)
+        assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "api_error"
     assert err.value.status_code == 502
-    assert err.value.body == {
-        "type": "error",
-        "error": {"type": "api_error", "message": err.value.body["error"]["message"]},
-    }
-    assert calls(runs, 1)[0]["status"] == "upstream_error"
+    row = _row(front, key)
+    assert (row["status"], row["status_code"]) == ("upstream_error", 502) and "unreachable" in row[
+        "error"
+    ]
 
 
-def test_stream_cut_halfway_ends_in_a_dialect_error(front, runs):
-    ep = front.open_episode()
-    client = openai.OpenAI(base_url=ep["base_url"], api_key="k", max_retries=0)
-    with pytest.raises(openai.APIError):
-        list(client.chat.completions.create(model="cut", messages=[], stream=True))
-    (row,) = calls(runs, 1)
-    assert row["status"] == "upstream_error" and row["response_stream"].startswith(
-        VLLM_STREAM[0].decode()
-    )
-    assert '"error"' in row["response_stream"].rsplit("data: ", 1)[-1]
+@pytest.mark.parametrize("model", ["vllm-broken", "claude-broken"])
+def test_an_html_500_is_wrapped_in_the_callers_error_shape(front, model):
+    client, key = _openai(front)
+    with pytest.raises(openai.InternalServerError) as err:
+        _chat(client, model)
+    assert err.value.status_code == 500 and "Bad Gateway" in err.value.body["message"]
+    assert _row(front, key)["status_code"] == 500
 
 
-def test_client_disconnect_mid_stream_leaves_an_incomplete_record(front, runs):
-    ep = front.open_episode()
+# --- cut streams, trailing events -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("caller", "model"), [("chat", "vllm-cut"), ("anthropic", "claude-cut"),
+                                               ("anthropic", "vllm-cut")])  # fmt: skip
+def test_a_cut_stream_ends_in_the_dialects_error_event(front, caller, model):
+    if caller == "chat":
+        client, key = _openai(front)
+        with pytest.raises(openai.APIError):
+            _chat(client, model, stream=True)
+    else:
+        client, key = _anthropic(front)
+        with pytest.raises(anthropic.APIError):
+            _messages(client, model, stream=True)
+    row = _row(front, key)
+    assert row["status"] == "upstream_error"
+    last = row["client_response"].rstrip("\n").rsplit("\n\n", 1)[-1]
+    assert '"error"' in last
+
+
+def test_a_whole_body_cut_short_is_502(front):
+    client, key = _openai(front)
+    with pytest.raises(openai.APIStatusError) as err:
+        _chat(client, "vllm-cut")
+    assert err.value.status_code == 502 and err.value.body["code"] == "upstream_bad_response"
+    assert _row(front, key)["status"] == "upstream_error"
+
+
+def test_nothing_is_sent_after_the_terminal_event(front):
+    proxy, _ = front
+    ep = proxy.open_episode()
     with httpx.stream(
         "POST",
         f"{ep['base_url']}/chat/completions",
-        json={"model": "hang", "stream": True, "messages": []},
+        json={"model": "vllm-trailing", "messages": MESSAGES, "tools": [CHAT_BASH], "stream": True},
+    ) as r:
+        got = r.read()
+    assert got.endswith(b"data: [DONE]\n\n") and got.count(b"[DONE]") == 1 and b"junk" not in got
+    row = _row(front, ep["key"])
+    assert row["status"] == "ok" and row["client_response"].encode() == got
+
+
+# --- time limits, and clients that leave -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("caller", ["chat", "anthropic"])
+def test_read_timeout_is_504_and_the_upstream_call_is_dropped(front, fakes, caller):
+    before = fakes["chat"].cancelled.count("slow")
+    if caller == "chat":
+        client, key = _openai(front)
+        with pytest.raises(openai.APIStatusError) as err:
+            _chat(client, "vllm-slow")
+        assert err.value.body["code"] == "upstream_timeout"
+    else:
+        client, key = _anthropic(front)
+        with pytest.raises(anthropic.APIStatusError) as err:
+            _messages(client, "vllm-slow")
+        assert err.value.body["error"]["type"] == "timeout_error"
+    assert err.value.status_code == 504
+    assert _row(front, key)["status_code"] == 504
+    _eventually(lambda: fakes["chat"].cancelled.count("slow") > before)
+
+
+def test_total_timeout_cuts_a_stream_that_stalls(front, fakes):
+    client, key = _openai(front)
+    with pytest.raises(openai.APIError, match="timed out"):
+        _chat(client, "vllm-stall", stream=True)
+    row = _row(front, key)
+    assert row["status"] == "upstream_error" and "timed out" in row["error"]
+    _eventually(lambda: "stall" in fakes["chat"].cancelled)
+
+
+@pytest.mark.parametrize(("caller", "model", "fake"), [("chat", "vllm-hang", "chat"),
+                                                       ("anthropic", "vllm-hang", "chat"),
+                                                       ("anthropic", "claude-hang", "anthropic")])  # fmt: skip
+def test_a_client_that_leaves_cancels_the_upstream_call(front, fakes, caller, model, fake):
+    """A non-streaming client gives up: the row says incomplete, and the upstream sees the
+    proxy hang up too (nothing keeps generating for nobody)."""
+    before = fakes[fake].cancelled.count("hang")
+    if caller == "chat":
+        client, key = _openai(front, timeout=1.0)
+        with pytest.raises(openai.APITimeoutError):
+            _chat(client, model)
+    else:
+        client, key = _anthropic(front, timeout=1.0)
+        with pytest.raises(anthropic.APITimeoutError):
+            _messages(client, model)
+    row = _row(front, key)
+    assert row["status"] == "incomplete" and "disconnected" in row["error"]
+    _eventually(lambda: fakes[fake].cancelled.count("hang") > before)
+
+
+def test_a_client_that_leaves_mid_stream_is_incomplete(front, fakes):
+    proxy, _ = front
+    ep = proxy.open_episode()
+    with httpx.stream(
+        "POST",
+        f"{ep['base_url']}/messages",
+        json={"model": "claude-stall", "max_tokens": 5, "messages": MESSAGES, "stream": True},
     ) as r:
         next(r.iter_raw())  # the first event arrived; now hang up
-    (row,) = calls(runs, 1)
-    assert row["status"] == "incomplete" and "disconnected" in row["error"]
+    assert _row(front, ep["key"])["status"] == "incomplete"
 
 
-def test_translation_streams_and_responses_caller(front, runs):
-    """Streamed translation, and a Responses client served by a chat-only (vLLM-style) upstream."""
-    client = openai.OpenAI(base_url=front.open_episode()["base_url"], api_key="k")
-    chunks = list(
-        client.chat.completions.create(
-            model="scripted-anthropic",
-            messages=[{"role": "user", "content": "go"}],
-            tools=[CHAT_BASH],
-            max_tokens=100,
-            stream=True,
-        )
-    )
-    args = "".join(
-        tc.function.arguments or ""
-        for c in chunks
-        if c.choices
-        for tc in c.choices[0].delta.tool_calls or []
-    )
-    assert json.loads(args) == {"command": COMMAND}
-    got = client.responses.create(
-        model="scripted-chat",
-        input="go",
-        tools=[
-            {
-                "type": "function",
-                "name": "bash",
-                "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-            }
-        ],
-    )
-    call = next(o for o in got.output if o.type == "function_call")
-    assert json.loads(call.arguments) == {"command": COMMAND}
-    rows = calls(runs, 2)
-    assert [(r["upstream"], r["status"]) for r in rows] == [("litellm", "ok")] * 2
-    assert (
-        response_of(rows[0])["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
-    )
+def _eventually(check, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.05)
+
+
+# --- configuration -----------------------------------------------------------------------------------
+
+
+def test_timeouts_from_yaml_override_the_defaults(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(textwrap.dedent("""
+        model_list:
+          - model_name: a
+            litellm_params: {model: hosted_vllm/a, api_base: "http://x/v1", timeout: 30}
+          - model_name: b
+            litellm_params: {model: anthropic/b}
+            model_info: {pomona: {timeouts: {connect: 2, read: null}}}
+    """))  # fmt: skip
+    config = ProxyConfig.from_yaml(path, timeouts=Timeouts(connect=5, read=60, total=None))
+    a, b = config.route("a"), config.route("b")
+    assert a.timeouts == Timeouts(connect=5, read=60, total=30) and "timeout" not in a.params
+    assert b.timeouts == Timeouts(connect=2, read=None, total=None)
+    path.write_text("model_list: [{model_name: c, litellm_params: {model: x}, "
+                    "model_info: {pomona: {timeouts: {read: -1}}}}]")  # fmt: skip
+    with pytest.raises(ValueError, match="positive"):
+        ProxyConfig.from_yaml(path)

@@ -29,15 +29,42 @@ def add_proxy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         help="shell commands, one a line, for `scripted` calls outside episodes",
     )
     p.add_argument("--durable", action="store_true", help="fsync every recorded call")
+    for name, default in (("connect", 10.0), ("read", 600.0), ("total", None)):
+        p.add_argument(
+            f"--{name}-timeout",
+            type=_seconds,
+            default=default,
+            metavar="S",
+            help=f"upstream {name} timeout in seconds for every model ('none': no limit; "
+            f"default {default}); a model's model_info.pomona.timeouts overrides it",
+        )
+    p.add_argument(
+        "--api-keys-file",
+        type=Path,
+        help="name:key lines; with keys, every route but /e/KEY/... needs one "
+        "(also POMONA_PROXY_API_KEYS)",
+    )
     p.set_defaults(func=run_proxy)
     return p
 
 
+def _seconds(text: str) -> float | None:
+    if text.lower() in ("none", "0"):
+        return None
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a timeout must be positive seconds, not {text!r}")
+    return value
+
+
 def run_proxy(args: argparse.Namespace) -> int:
+    import os
+
     import uvicorn
 
+    from pomona.proxy import auth
     from pomona.proxy.app import create_app
-    from pomona.proxy.config import ProxyConfig
+    from pomona.proxy.config import ProxyConfig, Timeouts
 
     script = (
         [ln for ln in args.script.read_text().splitlines() if ln.strip()] if args.script else []
@@ -48,7 +75,16 @@ def run_proxy(args: argparse.Namespace) -> int:
         public_url=args.public_url,
         default_script=script,
         durable=args.durable,
+        timeouts=Timeouts(args.connect_timeout, args.read_timeout, args.total_timeout),
+        api_keys=auth.parse_keys(
+            args.api_keys_file.read_text() if args.api_keys_file else os.environ.get(auth.ENV)
+        ),
     )
+    if not config.api_keys and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"pomona proxy: serving {args.host} without API keys: anyone who reaches it can "
+            f"open episodes and use its upstreams (set {auth.ENV}=name:key,...)"
+        )
     uvicorn.run(
         create_app(config),
         host=args.host,

@@ -24,6 +24,7 @@ The upstream model name picks a behaviour, so one server covers every fault:
 | `slow` | waits `delay` seconds, then answers |
 | `stall` | a stream that sends one event, then nothing for `delay` seconds |
 | `hang` | never answers; notes in `cancelled` when the client (the proxy) gives up |
+| `trailing` | a stream that goes on after its terminal event (an error event, then junk) |
 | anything else | the scripted answer |
 """
 
@@ -123,6 +124,9 @@ class FakeUpstream(AppServer):
                 media_type="text/event-stream",
                 headers={"content-encoding": "gzip"},
             )
+        if model == "trailing" and stream:
+            extra = [self.dialect.stream_error(500, "after the end"), b"data: junk\n\n"]
+            return StreamingResponse(_each(events + extra), media_type="text/event-stream")
         if stream:
             return StreamingResponse(_each(events), media_type="text/event-stream")
         return Response(json.dumps(final), media_type="application/json")
