@@ -19,6 +19,7 @@ from pomona.proxy.config import SCRIPTED, ProxyConfig
 from pomona.proxy.dialects import DIALECTS, Dialect
 from pomona.proxy.episodes import Episode, Episodes, utcnow
 from pomona.proxy.errors import BadRequest, UpstreamError, error_response, request_ids
+from pomona.proxy.metrics import instrument
 from pomona.proxy.policy import POLICY, CallExpired
 from pomona.proxy.recording import Call, Recorder
 from pomona.proxy.sse import Parser
@@ -158,6 +159,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
         openapi_url="/openapi.json",
     )
     app.state.proxy = state
+    instrument(app, state)  # GET /metrics
 
     def guard(request: Request) -> None:
         """The API-key check of every route outside /e/KEY (a no-op without keys)."""
