@@ -58,7 +58,7 @@ def test_noop_agent_scores_zero_and_cli_prints_the_leaderboard(state_dir: str, t
     for benchmark in BENCHMARKS:
         code = main(["run", "--benchmark", benchmark, "--model", "scripted", "--state-dir", state_dir,
                      "--trajectories", str(runs), "-k", "2"])
-        assert code == 0
+        assert code == 1  # all ran and were scored, none resolved
     out = capsys.readouterr().out
     assert "leaderboard" in out and "pass@2" in out
     board = leaderboard.leaderboard(runs, (1, 2))
@@ -66,8 +66,9 @@ def test_noop_agent_scores_zero_and_cli_prints_the_leaderboard(state_dir: str, t
         ("swe-local", "pi", "scripted"), ("terminal-bench-local", "pi", "scripted")}
     assert all(s.resolve_rate == 0.0 and s.pass_at[2] == 0.0 and s.infra_failures == 0
                for s in board)
-    preds = next((runs / "swebench").glob("scripted.*.predictions.jsonl")).read_text().splitlines()
+    preds = next((runs / "swebench").glob("pi__scripted.*.predictions.jsonl")).read_text().splitlines()
     assert len(preds) == 6 and all(json.loads(p)["model_patch"] == "" for p in preds)
+    assert {json.loads(p)["model_name_or_path"] for p in preds} == {"pi/scripted"}
 
 
 class _Crashing:
@@ -94,3 +95,16 @@ def test_crashed_grading_is_a_verifier_failure_and_excluded(client: Any, state_d
     assert row["failure_kind"] == "verifier" and row["reward"] is None
     (summary,) = leaderboard.leaderboard(runs)
     assert (summary.trials, summary.resolve_rate, summary.failures) == (0, None, {"verifier": 1})
+
+
+def test_a_run_nothing_could_score_says_why_and_writes_no_predictions(state_dir: str, tmp_path: Path,
+                                                                      capsys: Any) -> None:
+    """Every attempt failed before grading: each reason is printed, the exit status says the run
+    could not run (2, not 1), and no empty predictions file pretends to be a submission."""
+    runs = tmp_path / "runs"
+    code = main(["run", "--benchmark", "swe-local", "--model", "no-such-model", "--tasks",
+                 "pytoolz__toolz-1", "--state-dir", state_dir, "--trajectories", str(runs)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "pytoolz__toolz-1 [" in out and "not scored" in out
+    assert not list((runs / "swebench").glob("*.predictions.jsonl"))

@@ -57,8 +57,10 @@ class GradeRun:
 
 
 def gold_predictions(instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {i["instance_id"]: swebench.prediction(i["instance_id"], "gold", i["patch"])
-            for i in instances}
+    return {
+        i["instance_id"]: swebench.prediction(i["instance_id"], "gold", i["patch"])
+        for i in instances
+    }
 
 
 def write_run_metadata(root: Path, run_id: str, dataset: str, split: str) -> Path:
@@ -68,14 +70,29 @@ def write_run_metadata(root: Path, run_id: str, dataset: str, split: str) -> Pat
     path = root / RUN_EVALUATION_LOG_DIR / run_id / LOG_RUN_METADATA
     path.parent.mkdir(parents=True, exist_ok=True)
     task_repo = dataset if (Path(dataset) / "tasks").is_dir() else None
-    path.write_text(json.dumps({"dataset": dataset, "split": split, "task_repo": task_repo,
-                                "created_at": datetime.now(UTC).isoformat(timespec="seconds")},
-                               indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "dataset": dataset,
+                "split": split,
+                "task_repo": task_repo,
+                "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return path
 
 
-def _grade_one(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: Path,
-               run_id: str, timeout: float) -> Outcome:
+def _grade_one(
+    client: Any,
+    instance: dict[str, Any],
+    pred: dict[str, Any],
+    root: Path,
+    run_id: str,
+    timeout: float,
+) -> Outcome:
     iid = instance["instance_id"]
     try:
         g = swebench.grade(client, instance, pred, root, run_id, timeout)
@@ -86,19 +103,33 @@ def _grade_one(client: Any, instance: dict[str, Any], pred: dict[str, Any], root
     return Outcome(iid, "resolved" if g.resolved else "unresolved", g.message)
 
 
-def evaluate(dataset: str, predictions: str, run_id: str, *, split: str = "test",
-             instance_ids: list[str] | None = None, max_workers: int = 4, timeout: float = 1800,
-             report_dir: str | Path = ".", log_root: str | Path = ".", runtime: str = "local",
-             state_dir: str | None = None, build_images: bool = False,
-             say: Any = None) -> GradeRun:
+def evaluate(
+    dataset: str,
+    predictions: str,
+    run_id: str,
+    *,
+    split: str = "test",
+    instance_ids: list[str] | None = None,
+    max_workers: int = 4,
+    timeout: float = 1800,
+    report_dir: str | Path = ".",
+    log_root: str | Path = ".",
+    runtime: str = "local",
+    state_dir: str | None = None,
+    build_images: bool = False,
+    say: Any = None,
+) -> GradeRun:
     """Grade a predictions file against a dataset, writing swebench's logs and run report."""
     from pomona.gym.sandboxes import shared_client
 
     say = say or (lambda text: print(text, file=sys.stderr))
     root = Path(log_root).resolve()
     data = swe_datasets.load(dataset, split)
-    preds = (gold_predictions(data.instances) if predictions == "gold"
-             else swebench.load_predictions(predictions))
+    preds = (
+        gold_predictions(data.instances)
+        if predictions == "gold"
+        else swebench.load_predictions(predictions)
+    )
     if not preds:
         raise ValueError(f"{predictions} holds no predictions")
     unknown = sorted(set(preds) - {i["instance_id"] for i in data.instances})
@@ -132,8 +163,9 @@ def evaluate(dataset: str, predictions: str, run_id: str, *, split: str = "test"
         with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
             outcomes += pool.map(lambda job: _grade_one(client, *job, root, run_id, timeout), todo)
         say(f"graded in {time.monotonic() - t0:.1f} s")
-    report = swebench.run_report(list(preds.values()), data.instances, run_id, root,
-                                 Path(report_dir).resolve())
+    report = swebench.run_report(
+        list(preds.values()), data.instances, run_id, root, Path(report_dir).resolve()
+    )
     model = next(iter(preds.values()))["model_name_or_path"]
     report_path = Path(report_dir).resolve() / f"{model.replace('/', '__')}.{run_id}.json"
     return GradeRun(run_id, report, report_path, sorted(outcomes, key=lambda o: o.instance_id))
@@ -141,11 +173,16 @@ def evaluate(dataset: str, predictions: str, run_id: str, *, split: str = "test"
 
 def summary(run: GradeRun) -> str:
     r = run.report
-    lines = [f"{o.instance_id}: {o.status} - {o.message}" for o in run.outcomes
-             if o.status not in ("resolved",)]
-    lines.append(f"run {run.run_id}: {r['resolved_instances']}/{r['total_instances']} resolved, "
-                 f"{r['unresolved_instances']} unresolved, {r['empty_patch_instances']} empty, "
-                 f"{r['error_instances']} errors; report {run.report_path}")
+    lines = [
+        f"{o.instance_id}: {o.status} - {o.message}"
+        for o in run.outcomes
+        if o.status not in ("resolved",)
+    ]
+    lines.append(
+        f"run {run.run_id}: {r['resolved_instances']}/{r['total_instances']} resolved, "
+        f"{r['unresolved_instances']} unresolved, {r['empty_patch_instances']} empty, "
+        f"{r['error_instances']} errors; report {run.report_path}"
+    )
     return "\n".join(lines)
 
 
@@ -154,16 +191,35 @@ def summary(run: GradeRun) -> str:
 
 def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `grade` on a `pomona` subparsers object."""
-    p = subparsers.add_parser("grade", help="grade SWE-bench predictions like swebench's run_evaluation")
-    p.add_argument("-d", "--dataset", "--dataset_name", dest="dataset", required=True,
-                   help="a dataset name (verified, lite, multilingual, swe-gym, swe-smith, "
-                        "swe-rebench, or any hub id) or a path: task repo, .parquet, .jsonl, "
-                        ".json, saved dataset")
-    p.add_argument("-p", "--predictions", "--predictions_path", dest="predictions", required=True,
-                   help="predictions .jsonl / .json, or gold")
+    p = subparsers.add_parser(
+        "grade", help="grade SWE-bench predictions like swebench's run_evaluation"
+    )
+    p.add_argument(
+        "-d",
+        "--dataset",
+        "--dataset_name",
+        dest="dataset",
+        required=True,
+        help="a dataset name (verified, lite, multilingual, swe-gym, swe-smith, "
+        "swe-rebench, or any hub id) or a path: task repo, .parquet, .jsonl, "
+        ".json, saved dataset",
+    )
+    p.add_argument(
+        "-p",
+        "--predictions",
+        "--predictions_path",
+        dest="predictions",
+        required=True,
+        help="predictions .jsonl / .json, or gold",
+    )
     p.add_argument("-s", "--split", default="test")
-    p.add_argument("--run-id", "--run_id", "-id", dest="run_id",
-                   help="names the log directory (default: a new one)")
+    p.add_argument(
+        "--run-id",
+        "--run_id",
+        "-id",
+        dest="run_id",
+        help="names the log directory (default: a new one)",
+    )
     p.add_argument("--max-workers", "--max_workers", dest="max_workers", type=int, default=4)
     p.add_argument("-i", "--instance-ids", "--instance_ids", dest="instance_ids", nargs="+")
     p.add_argument("-t", "--timeout", type=float, default=1800, help="seconds per instance's tests")
@@ -171,8 +227,11 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--log-root", default=".", help="where logs/run_evaluation goes (default: here)")
     p.add_argument("--runtime", default="local", help="local, docker, or an orchestrator URL")
     p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
-    p.add_argument("--build-images", action="store_true",
-                   help="build each image from its task repo's Dockerfile (needs a Docker engine)")
+    p.add_argument(
+        "--build-images",
+        action="store_true",
+        help="build each image from its task repo's Dockerfile (needs a Docker engine)",
+    )
     p.set_defaults(func=_run_grade)
     return p
 
@@ -182,11 +241,20 @@ def _run_grade(args: argparse.Namespace) -> int:
 
     run_id = args.run_id or f"grade-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        run = evaluate(args.dataset, args.predictions, run_id, split=args.split,
-                       instance_ids=args.instance_ids, max_workers=args.max_workers,
-                       timeout=args.timeout, report_dir=args.report_dir, log_root=args.log_root,
-                       runtime=client_runtime(args.runtime), state_dir=args.state_dir,
-                       build_images=args.build_images)
+        run = evaluate(
+            args.dataset,
+            args.predictions,
+            run_id,
+            split=args.split,
+            instance_ids=args.instance_ids,
+            max_workers=args.max_workers,
+            timeout=args.timeout,
+            report_dir=args.report_dir,
+            log_root=args.log_root,
+            runtime=client_runtime(args.runtime),
+            state_dir=args.state_dir,
+            build_images=args.build_images,
+        )
     except (KeyError, ValueError, FileNotFoundError) as e:
         print(f"pomona grade: {str(e).strip(chr(39))}", file=sys.stderr)
         return EXIT_NOT_GRADED

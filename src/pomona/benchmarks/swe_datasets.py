@@ -16,7 +16,8 @@ Shapes, told apart by their columns:
     5.x rows (SWE-bench, Verified, Lite, Multilingual today) carry their eval script: used as is.
     SWE-rebench rows carry `install_config` (its test command and log parser) and `docker_image`.
     SWE-smith rows carry `image_name` and no test patch: the bug lives on a branch named like the
-    instance, whose parent commit still has the tests (swesmith's harness checks it out).
+    instance, whose parent commit still has the tests (swesmith's harness checks it out), and
+    their `patch` introduces the bug, so the gold fix is its reverse.
     4.x rows (SWE-Gym, older dumps) carry neither.
 For the last three Pomona writes the eval script the way swebench 4.x wrote Python ones (activate
 the testbed env, reset the test files, apply the test patch, run the test command on them between
@@ -45,11 +46,25 @@ ALIASES = {
     "swe-smith": "SWE-bench/SWE-smith",
     "swe-rebench": "nebius/SWE-rebench",
 }
-PYTEST = "pytest --no-header -rA --tb=no -p no:cacheprovider"  # swebench 4.x's default for pytest repos
+PYTEST = (
+    "pytest --no-header -rA --tb=no -p no:cacheprovider"  # swebench 4.x's default for pytest repos
+)
 SWESMITH_PYTEST = "pytest --disable-warnings --color=no --tb=no --verbose -rA"
 HEREDOC = "EOF_114329324912"
 ACTIVATE = ("source /opt/miniconda3/bin/activate", "conda activate testbed")
-NON_TEST = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
+NON_TEST = (
+    ".json",
+    ".png",
+    "csv",
+    ".txt",
+    ".md",
+    ".jpg",
+    ".jpeg",
+    ".pkl",
+    ".yml",
+    ".yaml",
+    ".toml",
+)
 
 
 @dataclass
@@ -99,19 +114,25 @@ def _from_disk(path: Path, split: str) -> list[dict[str, Any]] | None:
     if (path / split / "dataset_info.json").is_file():
         return list(load_from_disk(str(path / split)))
     if (path / f"{split}.parquet").is_file():
-        return list(load_dataset("parquet", data_files=str(path / f"{split}.parquet"), split="train"))
+        return list(
+            load_dataset("parquet", data_files=str(path / f"{split}.parquet"), split="train")
+        )
     return None
 
 
 def read_rows(name: str, split: str = "test") -> list[dict[str, Any]]:
     """The raw rows of a dataset, before any shape is adapted."""
-    from datasets import load_dataset
+    from datasets import disable_progress_bars, load_dataset
+
+    disable_progress_bars()
 
     path = Path(name)
     if path.is_file():
         if path.suffix not in (".parquet", ".jsonl", ".json"):
-            raise ValueError(f"cannot read SWE-bench instances from {name}: give a task repo, a "
-                             ".parquet, .jsonl or .json file, a saved dataset or a dataset name")
+            raise ValueError(
+                f"cannot read SWE-bench instances from {name}: give a task repo, a "
+                ".parquet, .jsonl or .json file, a saved dataset or a dataset name"
+            )
         return [dict(r) for r in swebench.load_instances(path)]
     if path.is_dir():
         if _is_task_repo(path):
@@ -120,10 +141,14 @@ def read_rows(name: str, split: str = "test") -> list[dict[str, Any]]:
         saved = _from_disk(path, split)
         if saved is not None:
             return saved
+    if not path.exists() and (path.is_absolute() or name.startswith((".", "~"))):
+        raise FileNotFoundError(f"cannot load dataset {name!r}: no such file or directory")
     try:
         return list(load_dataset(str(path) if path.is_dir() else name, split=split))
-    except (FileNotFoundError, ValueError) as e:
-        raise ValueError(f"cannot load dataset {name!r} (split {split!r}): {e}") from None
+    except Exception as e:  # noqa: BLE001 - hub, cache and format errors alike: say which dataset
+        raise ValueError(
+            f"cannot load dataset {name!r} (split {split!r}): {type(e).__name__}: {e}"
+        ) from None
 
 
 # --- shapes ------------------------------------------------------------------------------------
@@ -149,17 +174,26 @@ def test_directives(test_patch: str) -> list[str]:
     return [f for f in files if not f.endswith(NON_TEST)]
 
 
-def four_x_script(base_commit: str, test_patch: str, test_cmd: str,
-                  install: str | None = None) -> str:
+def four_x_script(
+    base_commit: str, test_patch: str, test_cmd: str, install: str | None = None
+) -> str:
     """An eval script in the shape swebench 4.x wrote for Python repositories."""
     files = " ".join(test_directives(test_patch))
     reset = f"git checkout {base_commit} {files}"
-    lines = [*ACTIVATE, f"cd {swebench.TESTBED}",
-             f"git config --global --add safe.directory {swebench.TESTBED}", "git status",
-             f"git -c core.fileMode=false diff {base_commit}", *([install] if install else []),
-             reset, f"git apply -v - <<'{HEREDOC}'\n{test_patch.rstrip(chr(10))}\n{HEREDOC}",
-             ": '>>>>> Start Test Output'", f"{test_cmd} {files}".rstrip(),
-             ": '>>>>> End Test Output'", reset]
+    lines = [
+        *ACTIVATE,
+        f"cd {swebench.TESTBED}",
+        f"git config --global --add safe.directory {swebench.TESTBED}",
+        "git status",
+        f"git -c core.fileMode=false diff {base_commit}",
+        *([install] if install else []),
+        reset,
+        f"git apply -v - <<'{HEREDOC}'\n{test_patch.rstrip(chr(10))}\n{HEREDOC}",
+        ": '>>>>> Start Test Output'",
+        f"{test_cmd} {files}".rstrip(),
+        ": '>>>>> End Test Output'",
+        reset,
+    ]
     return "#!/bin/bash\nset -uxo pipefail\n" + "\n".join(lines) + "\n"
 
 
@@ -168,9 +202,55 @@ def swesmith_script(instance_id: str, tests: list[str]) -> str:
     removed them), then the repository's test command, as swesmith's Python profile runs it."""
     files = sorted({t.split("::", 1)[0] for t in tests})
     restore = [f"git checkout {instance_id}~1 -- {' '.join(files)}"] if files else []
-    lines = [*ACTIVATE, f"cd {swebench.TESTBED}", *restore, ": '>>>>> Start Test Output'",
-             SWESMITH_PYTEST, ": '>>>>> End Test Output'"]
+    lines = [
+        *ACTIVATE,
+        f"cd {swebench.TESTBED}",
+        *restore,
+        ": '>>>>> Start Test Output'",
+        SWESMITH_PYTEST,
+        ": '>>>>> End Test Output'",
+    ]
     return "#!/bin/bash\nset -uxo pipefail\n" + "\n".join(lines) + "\n"
+
+
+_SWAP = {
+    "new file mode": "deleted file mode",
+    "deleted file mode": "new file mode",
+    "old mode": "new mode",
+    "new mode": "old mode",
+    "rename from": "rename to",
+    "rename to": "rename from",
+    "copy from": "copy to",
+    "copy to": "copy from",
+}
+
+
+def reverse_patch(patch: str) -> str:
+    """The unified diff that undoes `patch` (SWE-smith publishes the bug; the fix is its
+    reverse): sides, hunk ranges and file headers swapped, as `git apply --reverse` reads it."""
+    out: list[str] = []
+    lines = patch.splitlines(keepends=True)
+    in_hunk, i = False, 0
+    while i < len(lines):
+        line = lines[i]
+        if m := re.match(r"^diff --git a/(.*) b/(.*?)(\r?\n)$", line):
+            in_hunk = False
+            out.append(f"diff --git a/{m.group(2)} b/{m.group(1)}{m.group(3)}")
+        elif m := re.match(r"^@@ -(\S+) \+(\S+) @@(.*)$", line, re.S):
+            in_hunk = True
+            out.append(f"@@ -{m.group(2)} +{m.group(1)} @@{m.group(3)}")
+        elif in_hunk:
+            out.append(("-" if line[0] == "+" else "+") + line[1:] if line[:1] in "+-" else line)
+        elif m := re.match(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(.*)$", line, re.S):
+            out.append(f"index {m.group(2)}..{m.group(1)}{m.group(3)}")
+        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            out += ["--- " + lines[i + 1][4:], "+++ " + line[4:]]
+            i += 1
+        else:
+            key = next((k for k in _SWAP if line.startswith(k + " ")), None)
+            out.append(_SWAP[key] + line[len(key) :] if key else line)
+        i += 1
+    return "".join(out)
 
 
 def _parser(name: str | None) -> str:
@@ -193,11 +273,16 @@ def adapt(row: dict[str, Any], dataset: str = "") -> dict[str, Any]:
         config = json.loads(config) if isinstance(config, str) else dict(config or {})
         row.setdefault("image", row.get("docker_image") or expected_image(iid, "swerebench"))
         row["log_parser"] = row.get("log_parser") or _parser(config.get("log_parser"))
-        row["eval_script"] = four_x_script(row["base_commit"], row["test_patch"],
-                                           config.get("test_cmd") or PYTEST, config.get("install"))
+        row["eval_script"] = four_x_script(
+            row["base_commit"],
+            row["test_patch"],
+            config.get("test_cmd") or PYTEST,
+            config.get("install"),
+        )
     elif shape == "swe-smith":
         row["image"] = row.get("image") or _with_tag(row["image_name"])
         row[swebench.CHECKOUT] = iid
+        row["bug_patch"], row["patch"] = row["patch"], reverse_patch(row["patch"])
         row.setdefault("base_commit", iid)
         row.setdefault("test_patch", "")
         row.setdefault("log_parser", "parse_log_pytest")
@@ -207,8 +292,9 @@ def adapt(row: dict[str, Any], dataset: str = "") -> dict[str, Any]:
         namespace = "xingyaoww" if "swe-gym" in dataset.lower() else "swebench"
         row.setdefault("image", expected_image(iid, namespace))
         row.setdefault("log_parser", "parse_log_pytest")
-        row["eval_script"] = four_x_script(row["base_commit"], row.get("test_patch") or "",
-                                           row.get("test_cmd") or PYTEST)
+        row["eval_script"] = four_x_script(
+            row["base_commit"], row.get("test_patch") or "", row.get("test_cmd") or PYTEST
+        )
     else:
         row["image"] = row.get("image") or expected_image(iid)
     row["pomona_shape"] = shape

@@ -39,8 +39,9 @@ def dockerfile_dir(instance: dict[str, Any]) -> Path | None:
     return path if path is not None and (path / "Dockerfile").is_file() else None
 
 
-def ensure(instances: Iterable[dict[str, Any]], build: bool = False,
-           say: Any = None) -> dict[str, str]:
+def ensure(
+    instances: Iterable[dict[str, Any]], build: bool = False, say: Any = None
+) -> dict[str, str]:
     """Make every instance's image available; return instance id -> why its image is not.
     Without a Docker engine nothing is checked here: the local runtime then looks in its own
     cache and in registries when the sandbox is created."""
@@ -77,8 +78,11 @@ def ensure(instances: Iterable[dict[str, Any]], build: bool = False,
                 try:
                     engine.images.pull(image)
                 except (ImageNotFound, APIError) as e:
-                    hint = (" (pass --build-images to build it from the task repo)"
-                            if context is not None else "")
+                    hint = (
+                        " (pass --build-images to build it from the task repo)"
+                        if context is not None
+                        else ""
+                    )
                     why = f"image {image} is neither local nor pullable: {e}{hint}"
         done[image] = why
         if why:
