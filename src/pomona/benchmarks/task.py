@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from pomona.harnesses.mcp import McpServer
 from pomona.orchestrator.sdk.client import Sandbox
 
 
@@ -42,6 +43,7 @@ class Environment:
     files: dict[str, str] = field(default_factory=dict)  # path (relative to workdir) -> content
     setup: tuple[str, ...] = ()  # shell commands run before the agent starts
     workdir: str = "/workspace"
+    mcp: tuple[McpServer, ...] = ()  # MCP servers the harness gets (assistant benchmarks' tools)
     user: str = "pomona"  # who runs commands: "root" where the image expects it (SWE-bench images)
 
 
@@ -68,7 +70,9 @@ class Task:
             if result.exit_code != 0:
                 raise RuntimeError(f"task {self.id}: setup {command!r} failed: {result.stderr.strip()}")
 
-    def evaluate(self, sandbox: Sandbox) -> Score:
+    def evaluate(self, sandbox: Sandbox, run: Any = None, proxy: Any = None) -> Score:
+        """The verdict. `run` (the HarnessResult) and `proxy` (its ProxyLink) are there for tasks
+        that grade the agent's own words or ask a judge model; most only look at the sandbox."""
         return self.scorer.score(self, self.scorer.collect(self, sandbox))
 
 

@@ -149,10 +149,11 @@ def delete_sandbox(sandbox: Sandbox | None) -> None:
             sandbox.delete()
 
 
-def score(task: Task, sandbox: Sandbox) -> tuple[Score | None, str, str | None]:
+def score(task: Task, sandbox: Sandbox, run: HarnessResult | None = None,
+          proxy: ProxyLink | None = None) -> tuple[Score | None, str, str | None]:
     """The task's verdict, or why there is none (`sandbox` lost, `verifier` broken)."""
     try:
-        return task.evaluate(sandbox), "none", None
+        return task.evaluate(sandbox, run=run, proxy=proxy), "none", None
     except PomonaError as e:
         return None, "sandbox", f"the sandbox was lost before scoring: {e}"
     except Exception as e:  # noqa: BLE001 - a broken verifier is data, not a crash
@@ -253,7 +254,8 @@ def run_episode(
         record.harness_started_at = time.time()
         t1 = time.monotonic()
         result: HarnessResult = run(h, task.instruction, sandbox, name, link, timeout=timeout,
-                                    dialect=dialect, episode=ep, close=False)
+                                    dialect=dialect, episode=ep, close=False,
+                                    mcp=task.environment.mcp)
         timings["harness"] = time.monotonic() - t1
         record.final_answer, record.calls = result.final_answer, result.calls
         record.failure_kind, record.failure_message = result.failure_kind, result.failure_message
@@ -262,7 +264,8 @@ def run_episode(
         record.artifacts = save_artifacts(link, ep["key"], result.artifacts)
         if record.ran:
             t2 = time.monotonic()
-            verdict, record.failure_kind, record.failure_message = score(task, sandbox)
+            verdict, record.failure_kind, record.failure_message = score(task, sandbox, result,
+                                                                       link)
             timings["score"] = time.monotonic() - t2
             if verdict is not None:
                 record.reward, record.resolved = verdict.reward, verdict.resolved

@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from pomona.harnesses.mcp import McpServer
+
 Dialect = Literal["chat", "responses", "anthropic"]
 TOOLS_MOUNT = "/opt/pomona/tools"
 API_KEY = "sk-pomona"  # the proxy ignores it; some harnesses refuse to start without one
@@ -46,7 +48,7 @@ class PypiInstall:
     so the harness never sees (or needs) the image's Python."""
 
     requirements: tuple[str, ...]
-    script: str  # the console script to expose
+    script: str  # the console script to expose; "": the interpreter itself (Pomona's own programs)
     python: tuple[int, int] = (3, 11)  # the oldest CPython it runs on
     distribution: str = ""  # whose version to verify; default: the first requirement's name
 
@@ -78,6 +80,7 @@ class RunContext:
     workdir: str
     run_dir: str  # a fresh directory in the sandbox for config, state and transcripts
     timeout: float
+    mcp: tuple[McpServer, ...] = ()  # MCP servers to give the harness through its own config
 
     @property
     def home(self) -> str:
@@ -166,6 +169,7 @@ class Harness:
     command: ClassVar[str]  # the wrapper name in the payload's bin/
     transcript_globs: ClassVar[tuple[str, ...]] = ()  # relative to the run directory
     submit_command: ClassVar[str | None] = None  # a command-protocol harness's "I am done"
+    takes_mcp: ClassVar[bool] = False  # launch() renders ctx.mcp into the harness's own config
 
     def launch(self, ctx: RunContext) -> Launch:
         raise NotImplementedError

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pomona.harnesses.base import API_KEY, Harness, Launch, NpmInstall, Outputs, RunContext
+from pomona.harnesses.base import (
+    API_KEY,
+    Harness,
+    Launch,
+    NpmInstall,
+    Outputs,
+    RunContext,
+    json_text,
+)
+from pomona.harnesses.mcp import mcp_servers_json
 
 
 class ClaudeCode(Harness):
@@ -14,6 +23,7 @@ class ClaudeCode(Harness):
     )
     command = "claude"
     transcript_globs = ("home/.claude/projects/**/*.jsonl",)
+    takes_mcp = True
 
     def launch(self, ctx: RunContext) -> Launch:
         argv = [
@@ -34,7 +44,14 @@ class ClaudeCode(Harness):
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
         }
-        return Launch(argv, env=env)
+        files = {}
+        if ctx.mcp:
+            path = f"{ctx.run_dir}/mcp.json"
+            files[path] = json_text(mcp_servers_json(ctx.mcp))
+            argv += ["--mcp-config", path, "--strict-mcp-config"]
+            # MCP tools offered directly, not deferred behind ToolSearch; a slow server may start
+            env.update(ENABLE_TOOL_SEARCH="false", MCP_TIMEOUT="60000")
+        return Launch(argv, env=env, files=files)
 
     def final_answer(self, out: Outputs) -> str | None:
         results = [e for e in out.json_lines() if e.get("type") == "result"]

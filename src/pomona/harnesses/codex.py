@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pomona.harnesses.base import API_KEY, Harness, Launch, NpmInstall, Outputs, RunContext
+from pomona.harnesses.mcp import codex_toml
 
 
 class Codex(Harness):
@@ -13,13 +14,14 @@ class Codex(Harness):
     install = NpmInstall("@openai/codex", version, bin="codex")
     command = "codex"
     transcript_globs = ("codex-home/sessions/**/*.jsonl",)
+    takes_mcp = True
 
     def launch(self, ctx: RunContext) -> Launch:
         config = (
             f'model = "{ctx.model}"\nmodel_provider = "proxy"\n\n[model_providers.proxy]\n'
             f'name = "proxy"\nbase_url = "{ctx.base_url}"\nenv_key = "PROXY_API_KEY"\n'
             'wire_api = "responses"\n'
-        )
+        ) + codex_toml(ctx.mcp)
         home = f"{ctx.run_dir}/codex-home"
         # its own sandbox is off: Pomona's sandbox is the boundary (codex's bwrap fails nested)
         argv = [

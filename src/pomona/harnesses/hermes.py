@@ -6,6 +6,7 @@ from __future__ import annotations
 import yaml
 
 from pomona.harnesses.base import API_KEY, Harness, Launch, Outputs, PypiInstall, RunContext
+from pomona.harnesses.mcp import hermes_servers
 
 
 class Hermes(Harness):
@@ -13,14 +14,16 @@ class Hermes(Harness):
     version = "0.19.0"
     dialects = ("chat", "anthropic", "responses")
     # the anthropic SDK pin: 2.x breaks Hermes with an httpx Timeout error. edge-tts: Hermes
-    # pip-installs it at every start when missing, which costs ~8 s of DNS retries offline
+    # pip-installs it at every start when missing, which costs ~8 s of DNS retries offline.
+    # [mcp]: its MCP client (without it, mcp_servers in config.yaml are silently ignored)
     install = PypiInstall(
-        (f"hermes-agent[anthropic]=={version}", "anthropic==0.87.0", "edge-tts==7.2.7"),
+        (f"hermes-agent[anthropic,mcp]=={version}", "anthropic==0.87.0", "edge-tts==7.2.7"),
         script="hermes",
         distribution="hermes-agent",
     )
     command = "hermes"
     transcript_globs = ("hermes-home/state.db", "hermes-home/logs/*.log")
+    takes_mcp = True
 
     def launch(self, ctx: RunContext) -> Launch:
         if ctx.dialect == "responses":
@@ -49,6 +52,8 @@ class Hermes(Harness):
             if ctx.dialect == "anthropic":
                 model.update(base_url=ctx.anthropic_base_url, api_mode="anthropic_messages")
             config = {"model": model}
+        if ctx.mcp:
+            config["mcp_servers"] = hermes_servers(ctx.mcp)
         home = f"{ctx.run_dir}/hermes-home"
         return Launch(
             ["hermes", "-z", ctx.prompt],

@@ -15,6 +15,7 @@ from pomona.harnesses.base import (
     RunContext,
     json_text,
 )
+from pomona.harnesses.mcp import openclaw_servers
 
 
 class OpenClaw(Harness):
@@ -24,6 +25,7 @@ class OpenClaw(Harness):
     install = NpmInstall("openclaw", version, bin="openclaw")
     command = "openclaw"
     transcript_globs = ("openclaw-state/agents/main/agent/openclaw-agent.sqlite",)
+    takes_mcp = True
 
     def launch(self, ctx: RunContext) -> Launch:
         base = ctx.anthropic_base_url if ctx.dialect == "anthropic" else ctx.base_url
@@ -49,6 +51,8 @@ class OpenClaw(Harness):
             },
             "agents": {"defaults": {"model": {"primary": f"proxy/{ctx.model}"}}},
         }
+        if ctx.mcp:  # its own default stays: MCP tools behind Tool Search (tool_search, tool_call)
+            config["mcp"] = {"servers": openclaw_servers(ctx.mcp)}
         path = f"{ctx.run_dir}/openclaw.json"
         argv = [
             "openclaw",

@@ -12,6 +12,7 @@ from pomona.harnesses.base import (
     RunContext,
     json_text,
 )
+from pomona.harnesses.mcp import opencode_servers
 
 _SDK = {
     "chat": "@ai-sdk/openai-compatible",
@@ -27,6 +28,7 @@ class OpenCode(Harness):
     install = NpmInstall("opencode-ai", version, bin="opencode")
     command = "opencode"
     transcript_globs = ("home/.local/share/opencode/opencode.db",)
+    takes_mcp = True
 
     def launch(self, ctx: RunContext) -> Launch:
         # @ai-sdk/anthropic posts {baseURL}/messages, so it takes the /v1 URL too
@@ -44,6 +46,8 @@ class OpenCode(Harness):
             "share": "disabled",
             "permission": {"*": "allow"},
         }
+        if ctx.mcp:
+            config["mcp"] = opencode_servers(ctx.mcp)
         path = f"{ctx.run_dir}/opencode.json"
         env = {
             "OPENCODE_CONFIG": path,

@@ -398,21 +398,23 @@ def _install_pypi(root: Path, harness: Harness, spec: PypiInstall) -> None:
         env=env,
         what=f"pip install {' '.join(spec.requirements)}",
     )
-    dist = spec.distribution or spec.requirements[0].split("[")[0].split("=")[0]
-    got = _run(
-        [*python, "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"], env=env
-    ).strip()
-    if got != harness.version:
-        raise InstallError(f"pip installed {dist} {got}, not {harness.version}")
-    if not (staging / "bin" / spec.script).exists():
-        raise InstallError(f"{dist} installed no {spec.script!r} script")
+    if spec.script:  # a published CLI: its version is the harness's; an interpreter has pins only
+        dist = spec.distribution or spec.requirements[0].split("[")[0].split("=")[0]
+        got = _run(
+            [*python, "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"], env=env
+        ).strip()
+        if got != harness.version:
+            raise InstallError(f"pip installed {dist} {got}, not {harness.version}")
+        if not (staging / "bin" / spec.script).exists():
+            raise InstallError(f"{dist} installed no {spec.script!r} script")
     _bundle_libraries(staging)
     final = root / "py" / f"{harness.name}-{harness.version}"
     _publish(staging, final)
     p = f"$T/py/{final.name}"
+    script = f' "{p}/bin/{spec.script}"' if spec.script else ""
     line = (
         f'exec "{p}/lib/ld-linux-x86-64.so.2" --library-path "{p}/lib" '
-        f'"{p}/bin/python{xy}" -I "{p}/bin/{spec.script}" "$@"'
+        f'"{p}/bin/python{xy}" -I{script} "$@"'
     )
     _write_wrapper(root, harness.command, f"{harness.name} {harness.version}, CPython {xy}", line)
 

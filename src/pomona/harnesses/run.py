@@ -17,11 +17,13 @@ import secrets
 import shlex
 import tarfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pomona.harnesses.base import TOOLS_MOUNT, Harness, Outputs, RunContext
+from pomona.harnesses.mcp import McpServer, McpUnsupported, check_unique
 from pomona.harnesses.payload import DEFAULT_ROOT
 from pomona.harnesses.proxy_link import ProxyLink, RecordedCall
 from pomona.harnesses.registry import get
@@ -176,13 +178,18 @@ def run(
     metadata: dict[str, Any] | None = None,
     episode: dict[str, str] | None = None,
     close: bool = True,
+    mcp: Sequence[McpServer] = (),
 ) -> HarnessResult:
     """Run `harness` on `task_prompt` in `sandbox` (a sync Sandbox with the payload mounted at
     /opt/pomona/tools), its model calls going to a new episode of `proxy` (a ProxyServer, a URL or
     a ProxyLink) served by `model`. `script` is the scripted model's commands. The episode is
-    closed with the judged failure kind unless `close=False` (a caller that scores it first)."""
+    closed with the judged failure kind unless `close=False` (a caller that scores it first).
+    `mcp` servers are given to the harness through its own config (pomona.harnesses.mcp)."""
     h = get(harness)
     chosen = h.check_dialect(dialect)
+    servers = check_unique(mcp)
+    if servers and not h.takes_mcp:
+        raise McpUnsupported(f"{h.name} has no MCP client Pomona can configure")
     link = ProxyLink.of(proxy)
     if episode is None:
         fields: dict[str, Any] = {
@@ -205,6 +212,7 @@ def run(
         workdir=workdir,
         run_dir=f"{_scratch(sandbox)}/pomona-run-{run_id}",
         timeout=timeout,
+        mcp=servers,
     )
     launch = h.launch(ctx)
     t0 = time.monotonic()
