@@ -120,14 +120,16 @@ def test_proxy_metrics_count_calls_tokens_and_writes(upstream: str, tmp_path: Pa
     )
 
 
-def test_a_proxy_that_records_nothing_still_counts() -> None:
-    with ProxyServer(ProxyConfig()) as proxy:
+def test_a_proxy_that_records_nothing_still_counts_and_guards_its_metrics() -> None:
+    with ProxyServer(ProxyConfig(api_keys={"ops": "ops-key"})) as proxy:
         ep = proxy.open_episode(model="scripted", script=["ls"])
         client = openai.OpenAI(base_url=ep["base_url"], api_key="k", max_retries=0)
         client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "go"}], tools=TOOLS
         )
-        samples = scrape(proxy.url)
+        assert httpx.get(proxy.url + "/metrics").status_code == 401
+        assert httpx.get(proxy.url + "/metrics", headers={"x-api-key": "wrong"}).status_code == 401
+        samples = scrape(proxy.url, authorization="Bearer ops-key")
     assert (
         value(samples, "pomona_proxy_calls_total", upstream="scripted", dialect="chat", status="ok")
         == 1

@@ -20,9 +20,12 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client import Counter as CounterMetric
+
+from pomona.proxy import auth
 
 LATENCY_BUCKETS = (
     0.001,
@@ -137,7 +140,13 @@ def instrument(app: FastAPI, state: Any) -> ProxyMetrics:
     state.upstreams.call = _timed_upstream(state.upstreams.call)
 
     @app.get("/metrics", include_in_schema=False)
-    async def scrape() -> Response:
+    async def scrape(request: Request) -> Response:
+        """Guarded like the proxy's own routes: a key is needed when keys are configured."""
+        if not auth.allowed(state.config.api_keys, request.headers):
+            message = "a valid API key is required (Bearer or x-api-key)"
+            return JSONResponse(
+                {"error": {"message": message, "type": "authentication_error"}}, 401
+            )
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
