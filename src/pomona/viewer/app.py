@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from pomona.viewer import artifacts as arts
@@ -29,8 +29,10 @@ from pomona.viewer import queries
 from pomona.viewer.index import StoreIndex
 
 STATIC = Path(__file__).parent / "static"
-PAGES = {"/": "runs.html", "/leaderboard": "leaderboard.html", "/run": "run.html",
-         "/episode": "episode.html", "/compare": "compare.html"}  # fmt: skip
+PAGES = {"/": ("Runs", "runs.js"), "/leaderboard": ("Leaderboard", "leaderboard.js"),
+         "/run": ("Run", "run.js"), "/episode": ("Episode", "episode.js"),
+         "/compare": ("Compare episodes", "compare.js")}  # fmt: skip
+"""Route -> (title, script): every page is the one template with its own module."""
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
     "img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; "
@@ -69,8 +71,9 @@ def create_app(directory: str | os.PathLike[str], refresh_interval: float = 1.0)
             response.headers.setdefault(name, value)
         return response
 
-    for route, page in PAGES.items():
-        app.add_api_route(route, _page(page), methods=["GET", "HEAD"], include_in_schema=False)
+    for route, (title, script) in PAGES.items():
+        page = _page(title, script, route)
+        app.add_api_route(route, page, methods=["GET", "HEAD"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/overview")
@@ -166,9 +169,16 @@ def create_app(directory: str | os.PathLike[str], refresh_interval: float = 1.0)
     return app
 
 
-def _page(name: str) -> Any:
-    async def page() -> FileResponse:
-        return FileResponse(STATIC / name, media_type="text/html; charset=utf-8")
+def _page(title: str, script: str, route: str) -> Any:
+    """The page's HTML: the shared template with its title, script and current nav link."""
+    current = ' aria-current="page"'
+    html = (Path(__file__).parent / "page.html").read_text().format(
+        title=title, script=script, runs_current=current if route == "/" else "",
+        leaderboard_current=current if route == "/leaderboard" else "",
+    )  # fmt: skip
+
+    async def page() -> HTMLResponse:
+        return HTMLResponse(html)
 
     return page
 
