@@ -47,11 +47,18 @@ def _processes(roots: list[str]) -> list[str]:
         if int(pid) in mine:
             continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (
+                Path(f"/proc/{pid}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if _ours(cmdline, roots) or f"POMONA_TEST_SESSION={SESSION}".encode() in environ.split(b"\0"):
+        if _ours(cmdline, roots) or f"POMONA_TEST_SESSION={SESSION}".encode() in environ.split(
+            b"\0"
+        ):
             found.append(f"process {pid}: {cmdline[:200]}")
     return found
 
@@ -75,16 +82,23 @@ def _state_dirs(roots: list[str]) -> list[Path]:
     found: list[Path] = []
     for root in map(Path, roots):
         if root.is_dir():
-            found += [root, *(p for p in root.glob("*") if p.is_dir()), *(p for p in root.glob("*/*") if p.is_dir()),
-                      *(p for p in root.glob("*/*/*") if p.is_dir())]
+            found += [
+                root,
+                *(p for p in root.glob("*") if p.is_dir()),
+                *(p for p in root.glob("*/*") if p.is_dir()),
+                *(p for p in root.glob("*/*/*") if p.is_dir()),
+            ]
     return found
 
 
 def _cgroups(state_dirs: list[Path]) -> list[str]:
     groups = {"pomona-" + hashlib.sha256(str(d).encode()).hexdigest()[:10] for d in state_dirs}
     cgroup = Path("/sys/fs/cgroup")
-    parents = [cgroup] if (cgroup / "cgroup.controllers").exists() else \
-        [cgroup / c for c in ("memory", "pids", "cpu")]
+    parents = (
+        [cgroup]
+        if (cgroup / "cgroup.controllers").exists()
+        else [cgroup / c for c in ("memory", "pids", "cpu")]
+    )
     return [f"cgroup {p / g}" for p in parents for g in groups if (p / g).exists()]
 
 
@@ -92,21 +106,34 @@ def _containers(state_dirs: list[Path]) -> list[str]:
     if not shutil.which("docker"):
         return []
     owners = {hashlib.sha256(f"pomona:{d}".encode()).hexdigest()[:16] for d in state_dirs}
-    listed = subprocess.run(["docker", "ps", "-a", "--format", '{{.Names}} {{.Label "pomona.owner"}}'],
-                            capture_output=True, text=True)
-    return [f"container {line.split()[0]}" for line in listed.stdout.splitlines()
-            if len(line.split()) == 2 and line.split()[1] in owners]
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--format", '{{.Names}} {{.Label "pomona.owner"}}'],
+        capture_output=True,
+        text=True,
+    )
+    return [
+        f"container {line.split()[0]}"
+        for line in listed.stdout.splitlines()
+        if len(line.split()) == 2 and line.split()[1] in owners
+    ]
 
 
 def leftovers(roots: list[str]) -> list[str]:
     """Everything of this session's still on the machine."""
     state_dirs = _state_dirs(roots)
-    return [*_processes(roots), *_mounts(roots), *_loop_devices(roots), *_cgroups(state_dirs),
-            *_containers(state_dirs)]
+    return [
+        *_processes(roots),
+        *_mounts(roots),
+        *_loop_devices(roots),
+        *_cgroups(state_dirs),
+        *_containers(state_dirs),
+    ]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    roots = [str(SESSION_TMP)]
+    from pomona.orchestrator.linux.statedirs import registered
+
+    roots = [str(SESSION_TMP), *(str(p) for p in registered() if SESSION in str(p))]
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is not None and factory._basetemp is not None:
         roots.append(str(factory._basetemp))

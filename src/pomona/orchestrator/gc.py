@@ -77,7 +77,9 @@ def _remove_cgroups(parents: list[Path]) -> None:
 def _mounts_under(root: Path) -> list[str]:
     points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     prefix = str(root) + "/"
-    return sorted({p for p in points if p.startswith(prefix)}, key=lambda p: p.count("/"), reverse=True)
+    return sorted(
+        {p for p in points if p.startswith(prefix)}, key=lambda p: p.count("/"), reverse=True
+    )
 
 
 def _loop_devices(root: Path) -> list[str]:
@@ -93,8 +95,11 @@ def _containers(root: Path) -> list[str]:
     if not shutil.which("docker"):
         return []
     owner = hashlib.sha256(f"pomona:{root}".encode()).hexdigest()[:16]
-    listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=pomona.owner={owner}"],
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=pomona.owner={owner}"],
+        capture_output=True,
+        text=True,
+    )
     ids = listed.stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
@@ -131,8 +136,9 @@ def _dead_sandboxes(root: Path) -> list[str]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if alive(record.get("init_pid", 0), record.get("init_start", 0)) or \
-                alive(record.get("owner_pid", 0), record.get("owner_start", 0)):
+        if alive(record.get("init_pid", 0), record.get("init_start", 0)) or alive(
+            record.get("owner_pid", 0), record.get("owner_start", 0)
+        ):
             continue
         runtime._teardown(path.parent, None, None)
         released.append(f"sandbox {path.parent.name}")
@@ -157,8 +163,12 @@ def collect(state_dir: str | os.PathLike) -> list[str]:
 
 def add_gc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gc", help="release what a state dir holds that no live process owns")
-    p.add_argument("--state-dir", action="append", metavar="D",
-                   help="a state dir (repeatable; default: /var/lib/pomona and every registered one)")
+    p.add_argument(
+        "--state-dir",
+        action="append",
+        metavar="D",
+        help="a state dir (repeatable; default: /var/lib/pomona and every registered one)",
+    )
     p.set_defaults(func=gc_command)
     return p
 

@@ -19,6 +19,12 @@ from pomona.orchestrator.errors import InvalidRequest, SourceNotAllowed
 
 MAX_ARCHIVE_BYTES = 16 * 2**30
 ARCHIVE_PREFIX = re.compile(r"^(docker|oci)-archive:")
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+# The distribution reference grammar: [host[:port]/]name[/name...][:tag][@sha256:digest]
+REFERENCE = re.compile(
+    rf"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]{{1,5}})?/)?{_COMPONENT}"
+    rf"(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$"
+)
 
 
 def archive_path(ref: str) -> str | None:
@@ -43,8 +49,12 @@ class ImageSources:
     max_archive_bytes: int = MAX_ARCHIVE_BYTES
 
     @classmethod
-    def restricted(cls, archive_dirs: list[str] | None = None, registries: list[str] | None = None,
-                   max_archive_bytes: int = MAX_ARCHIVE_BYTES) -> ImageSources:
+    def restricted(
+        cls,
+        archive_dirs: list[str] | None = None,
+        registries: list[str] | None = None,
+        max_archive_bytes: int = MAX_ARCHIVE_BYTES,
+    ) -> ImageSources:
         dirs = tuple(os.path.realpath(d) for d in archive_dirs or ())
         return cls(dirs, tuple(r.lower() for r in registries or ()), max_archive_bytes)
 
@@ -53,18 +63,26 @@ class ImageSources:
         if "\x00" in ref or not ref.strip() or len(ref) > 4096:
             raise InvalidRequest("the image reference is empty, too long or holds a NUL byte")
         path = archive_path(ref)
+        if path is None and ref != "host" and not REFERENCE.match(ref):
+            raise InvalidRequest(
+                f"{ref[:200]!r} is not an image reference: write host, name[:tag], "
+                "registry[:port]/name[:tag][@sha256:...] or oci-archive:PATH"
+            )
         if path is not None:
             if self.archive_dirs is not None and not any(
-                    os.path.realpath(path).startswith(d.rstrip("/") + "/") for d in self.archive_dirs):
+                os.path.realpath(path).startswith(d.rstrip("/") + "/") for d in self.archive_dirs
+            ):
                 raise SourceNotAllowed(
                     "image archives are read only from the directories this service was started "
-                    "with (--image-dir); this reference is not under one of them")
+                    "with (--image-dir); this reference is not under one of them"
+                )
             return
         host = registry_host(ref)
         if host is not None and not self.registry_allowed(host):
             raise SourceNotAllowed(
                 "images are pulled only from the registries this service was started with "
-                "(--registry); this reference names another")
+                "(--registry); this reference names another"
+            )
 
     def registry_allowed(self, host: str) -> bool:
         return self.registries is None or host.lower() in self.registries
@@ -85,7 +103,9 @@ class ImageSources:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_archive_bytes:
             os.close(fd)
-            raise InvalidRequest(f"image archive {path} is not a regular file of at most "
-                                 f"{self.max_archive_bytes} bytes")
+            raise InvalidRequest(
+                f"image archive {path} is not a regular file of at most "
+                f"{self.max_archive_bytes} bytes"
+            )
         os.set_blocking(fd, True)
         return fd

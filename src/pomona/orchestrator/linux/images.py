@@ -138,6 +138,8 @@ class ImageStore:
             raise ImageNotFound(f"not in the local Docker image store ({ref})") from None
         except DockerException as e:
             raise ImageNotFound(f"no Docker engine to look in ({e.__class__.__name__})") from None
+        except Exception as e:  # noqa: BLE001 - the SDK's own errors for odd names are plain Exceptions
+            raise ImageNotFound(f"not in the local Docker image store ({ref}: {e})"[:500]) from None
         with tempfile.TemporaryFile(dir=self.root if self.root.exists() else None) as f:
             for chunk in stream:
                 f.write(chunk)

@@ -21,7 +21,9 @@ def registered() -> list[Path]:
     """Every registered state directory that still exists."""
     with contextlib.suppress(OSError):
         lines = REGISTRY.read_text().splitlines()
-        return sorted({Path(line) for line in lines if line.startswith("/") and Path(line).is_dir()})
+        return sorted(
+            {Path(line) for line in lines if line.startswith("/") and Path(line).is_dir()}
+        )
     return []
 
 
@@ -31,7 +33,9 @@ def register(state_dir: Path) -> None:
     fd = os.open(REGISTRY, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        known = [line for line in f.read().splitlines() if line.startswith("/") and Path(line).is_dir()]
+        known = [
+            line for line in f.read().splitlines() if line.startswith("/") and Path(line).is_dir()
+        ]
         if str(state_dir) not in known:
             known.append(str(state_dir))
         f.seek(0)
@@ -42,7 +46,9 @@ def register(state_dir: Path) -> None:
 def hidden_places(base: Iterable[str], own: Path) -> list[str]:
     """Paths relative to / that the host image hides: `base`, this runtime's state dir and
     every registered one, minus those already under a hidden place."""
-    places = sorted({*base, *(str(p.relative_to("/")) for p in (own, *registered()) if p != Path("/"))})
+    places = sorted(
+        {*base, *(str(p.relative_to("/")) for p in (own, *registered()) if p != Path("/"))}
+    )
     kept: list[str] = []
     for place in places:  # sorted, so a parent comes before what lies under it
         if not any(place == k or place.startswith(k + "/") for k in kept):

@@ -740,6 +740,8 @@ class DockerRuntime:
                 path, existing = await self._resolve(live, path)
         if existing and existing.type == "directory":
             raise InvalidRequest(f"{path} is a directory")
+        if existing and existing.type == "other":
+            raise InvalidRequest(f"{path} is not a regular file (a FIFO, socket or device)")
         parent, name = posixpath.split(path)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -829,6 +831,9 @@ class DockerRuntime:
         "./", a file under its base name."""
         live = self._get(sandbox_id)
         path, info = await self._resolve(live, normalize(path))
+        if info.type == "other":
+            raise InvalidRequest(f"{path} is not a regular file (a FIFO, socket or device); the files "
+                                 "API serves regular files, directories and symlinks only")
         data = await self._get_tar(live, path)
         out = io.BytesIO()
         base = posixpath.basename(path)

@@ -39,6 +39,7 @@ from pomona.orchestrator.types import (
     ExecRequest,
     ExecResult,
     PatchResult,
+    SandboxInfo,
     SandboxSpec,
     SnapshotInfo,
     check_id,
@@ -196,7 +197,13 @@ class Coordinator:
             raise SandboxNotFound(sandbox_id)
         if record.status == "ready" and not await self._sync(record):
             raise SandboxNotFound(sandbox_id)
-        return record
+        return self._with_health([record], await self.service.runtime.list())[0]
+
+    @staticmethod
+    def _with_health(records: list[SandboxRecord], running: list[SandboxInfo]) -> list[SandboxRecord]:
+        """A sandbox whose init died is `failed`, whatever its lease says (never `ready`)."""
+        failed = {i.id for i in running if i.status == "failed"}
+        return [r.model_copy(update={"status": "failed"}) if r.id in failed else r for r in records]
 
     async def create(self, who: Principal, spec: SandboxSpec, sandbox_id: str | None = None,
                      snapshot: SnapshotInfo | None = None) -> SandboxRecord:
@@ -249,6 +256,8 @@ class Coordinator:
     async def wait_ready(self, who: Principal, sandbox_id: str, timeout: float) -> SandboxRecord:
         deadline = time.monotonic() + timeout
         while (record := await self.sandbox(who, sandbox_id)).status != "ready":
+            if record.status == "failed":
+                raise SandboxConflict(f"sandbox {sandbox_id!r} has failed (its init process died); delete it")
             if time.monotonic() >= deadline:
                 raise WaitTimedOut(f"sandbox {sandbox_id!r} was not ready within {timeout:g} s; "
                                    "it is still being created: wait again")
@@ -256,8 +265,9 @@ class Coordinator:
         return record
 
     async def list(self, who: Principal, labels: dict[str, str]) -> list[SandboxRecord]:
-        return [r for r in await self.store.list_sandboxes()
+        mine = [r for r in await self.store.list_sandboxes()
                 if who.owns(r.owner) and all(r.spec.labels.get(k) == v for k, v in labels.items())]
+        return self._with_health(mine, await self.service.runtime.list())
 
     async def heartbeat(self, who: Principal, sandbox_id: str) -> SandboxRecord:
         record = await self.sandbox(who, sandbox_id)

@@ -29,8 +29,9 @@ class TenantPolicy:
     _file_ops: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, mount_sources: list[str] | None = None,
-           file_ops_per_key: int = FILE_OPS_PER_KEY) -> TenantPolicy:
+    def of(
+        cls, mount_sources: list[str] | None = None, file_ops_per_key: int = FILE_OPS_PER_KEY
+    ) -> TenantPolicy:
         return cls(tuple(os.path.realpath(d) for d in mount_sources or ()), file_ops_per_key)
 
     def check_spec(self, who: Principal, spec: SandboxSpec) -> None:
@@ -39,18 +40,23 @@ class TenantPolicy:
             if mount.named or who.admin:
                 continue
             real = os.path.realpath(mount.source)
-            if not any(real == d or real.startswith(d.rstrip("/") + "/") for d in self.mount_sources):
+            if not any(
+                real == d or real.startswith(d.rstrip("/") + "/") for d in self.mount_sources
+            ):
                 raise SourceNotAllowed(
                     f"mount source {mount.source!r}: host paths are mounted only for admin keys or "
                     "under the directories the operator allowed (pomona serve --mount-source); "
-                    'the harness payload is mounted by name: {"source": "tools", ...}')
+                    'the harness payload is mounted by name: {"source": "tools", ...}'
+                )
 
     @asynccontextmanager
     async def file_slot(self, who: Principal) -> AsyncIterator[None]:
         """One of the key's file-operation slots, or 503 at once when all are taken."""
         slots = self._file_ops.setdefault(who.name, asyncio.Semaphore(self.file_ops_per_key))
         if slots.locked():
-            raise Overloaded(f"{self.file_ops_per_key} file operations of this key are running; "
-                             "retry after the Retry-After delay")
+            raise Overloaded(
+                f"{self.file_ops_per_key} file operations of this key are running; "
+                "retry after the Retry-After delay"
+            )
         async with slots:
             yield

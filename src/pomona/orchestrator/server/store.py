@@ -37,7 +37,7 @@ class SandboxRecord(BaseModel):
     id: str
     owner: str
     spec: SandboxSpec
-    status: Literal["creating", "ready"] = "creating"
+    status: Literal["creating", "ready", "failed"] = "creating"
     replica: str = Field(description="the replica that created it (or is creating it)")
     runtime: str = ""
     created_at: float
