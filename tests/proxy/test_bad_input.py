@@ -173,3 +173,103 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- bodies that used to reach the proxy's own code ---------------------------------------------
+
+DEEP = b'{"model": "scripted", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+BAD_BODIES = {
+    "model-object": {"model": {}, "messages": []},
+    "tools-number": {"model": "m", "messages": [], "tools": 5},
+    "tool-schema": {"model": "m", "messages": [], "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {"properties": {"command": 5}}}},
+        {"name": "Bash", "input_schema": {"properties": {"command": 5}}},
+        {"type": "function", "name": "bash", "parameters": {"properties": {"command": 5}}}]},
+    "stream-options": {"model": "m", "messages": [], "stream_options": 1},
+    "messages-string": {"model": "m", "messages": "hi", "input": 7},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", [*BAD_BODIES, "deep"])
+@pytest.mark.parametrize("path", [*OPENAI_PATHS, "/messages"])
+def test_malformed_requests_get_a_dialect_400_and_a_row(proxy, runs, case, path):
+    if case == "stream-options" and path != "/chat/completions":
+        pytest.skip("stream_options is a chat field")
+    ep = proxy.open_episode(model="scripted", script=["ls"])
+    content = DEEP if case == "deep" else json.dumps(BAD_BODIES[case]).encode()
+    r = httpx.post(
+        f"{ep['base_url']}{path}", content=content, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400, r.text
+    assert (_is_anthropic_error if path == "/messages" else _is_openai_error)(r.json())
+    if case != "deep":  # the message names the field at fault
+        assert any(f in r.text for f in ("model", "tools", "stream_options", "messages", "input"))
+    (row,) = calls(runs, 1, episode=ep["key"])
+    assert row["status"] == "client_error" and row["status_code"] == 400
+
+
+def test_policy_long_poll_rejects_a_negative_timeout(proxy):
+    ep = httpx.post(f"{proxy.url}/episodes", json={"model": "policy"}).json()
+    for value in ("-1", "nan", "1e9"):
+        r = httpx.get(f"{proxy.url}/episodes/{ep['key']}/calls/next", params={"timeout": value})
+        assert r.status_code == 400 and "timeout" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "spec", [{"key": "../x"}, {"script": [1]}, {"tool_less_calls": "maybe"}, {"policy_timeout": -1},
+             {"metadata": []}, {"scirpt": ["ls"]}]
+)  # fmt: skip
+def test_bad_episode_specs_are_400(proxy, spec):
+    r = httpx.post(f"{proxy.url}/episodes", json=spec)
+    assert r.status_code == 400 and _is_openai_error(r.json())
+
+
+def test_a_refused_close_leaves_the_episode_open_and_a_corrected_retry_writes_it(proxy, runs):
+    ep = proxy.open_episode(model="scripted")
+    close = f"{proxy.url}/episodes/{ep['key']}/close"
+    for bad in ({"reward": "high"}, {"reward": float("inf")}, {"failure_kind": "oops"},
+                {"artifacts": [{"name": 1}]}, {"rewrad": 1.0}, [1]):  # fmt: skip
+        r = httpx.post(close, content=json.dumps(bad).replace("Infinity", "1e999"))
+        assert r.status_code == 400 and _is_openai_error(r.json()), bad
+        assert httpx.get(f"{proxy.url}/episodes/{ep['key']}").json()["closed"] is False
+    with pytest.raises(ValueError, match="reward"):
+        proxy.close_episode(ep["key"], reward="high")  # the in-process API refuses alike
+    r = httpx.post(close, json={"reward": 0.5, "resolved": False, "artifacts": {"patch": "p"}})
+    assert r.status_code == 200 and r.json()["closed"] is True
+    (row,) = trajectories.read(runs, "episodes").to_pylist()
+    assert row["reward"] == 0.5 and row["artifacts"] == [{"name": "patch", "uri": "p"}]
+    assert httpx.post(close, json={"reward": 1.0}).status_code == 200  # idempotent: still one row
+    assert trajectories.read(runs, "episodes").num_rows == 1
+
+
+# --- API keys on the proxy's own routes ----------------------------------------------------------
+
+
+def test_api_keys_guard_everything_but_episode_urls(runs):
+    config = ProxyConfig(trajectories=runs, api_keys={"ci": "pk-proxy-key-123"})
+    with ProxyServer(config) as proxy:
+        assert httpx.post(f"{proxy.url}/episodes", json={}).status_code == 401
+        bearer = {"authorization": "Bearer pk-proxy-key-123"}
+        assert (
+            httpx.post(
+                f"{proxy.url}/episodes", json={}, headers={"authorization": "Bearer no"}
+            ).status_code
+            == 401
+        )
+        ep = httpx.post(f"{proxy.url}/episodes", json={"model": "scripted", "script": ["ls"]},
+                        headers={"x-api-key": "pk-proxy-key-123"}).json()  # fmt: skip
+        for method, path in (("GET", f"/episodes/{ep['key']}"), ("POST", f"/episodes/{ep['key']}/close"),
+                             ("GET", "/v1/models"), ("GET", f"/episodes/{ep['key']}/calls/next")):  # fmt: skip
+            assert httpx.request(method, proxy.url + path).status_code == 401, path
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url=proxy.url, api_key="wrong", max_retries=0).messages.create(
+                model="scripted", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
+        ok = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="pk-proxy-key-123")  # the SDK's key
+        assert ok.chat.completions.create(model="scripted", messages=[], tools=[CHAT_BASH]).choices
+        harness = openai.OpenAI(
+            base_url=ep["base_url"], api_key="anything"
+        )  # the episode URL is the credential
+        assert harness.chat.completions.create(model="m", messages=[], tools=[CHAT_BASH]).choices
+        assert httpx.get(f"{proxy.url}/episodes/{ep['key']}", headers=bearer).json()["calls"] == 1
+    assert b"pk-proxy-key-123" not in b"".join(p.read_bytes() for p in runs.iterdir())

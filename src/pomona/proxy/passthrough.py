@@ -19,6 +19,7 @@ from pomona.proxy.config import ModelRoute
 from pomona.proxy.errors import broke_off, rate_limit_headers, timed_out, unreachable
 from pomona.proxy.sse import dumps
 from pomona.proxy.upstream import Outcome, UpstreamCall
+from pomona.trajectories.redact import is_secret_name
 
 _HOP_HEADERS = frozenset(
     {
@@ -32,7 +33,6 @@ _HOP_HEADERS = frozenset(
         "upgrade",
     }
 )
-_AUTH_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
 _PATHS = {"chat": "/chat/completions", "responses": "/responses", "anthropic": "/v1/messages"}
 
 
@@ -44,12 +44,13 @@ def url(route: ModelRoute, dialect: str) -> str:
 
 
 def headers(route: ModelRoute, dialect: str, incoming: dict[str, str]) -> dict[str, str]:
-    """The caller's headers minus hop-by-hop ones; the route's key replaces the caller's."""
+    """The caller's headers minus hop-by-hop ones. With a key of its own, the route's key
+    replaces every credential the caller sent (any secret-named header)."""
     key = route.params.get("api_key")
     out = {
         k: v
         for k, v in incoming.items()
-        if k.lower() not in _HOP_HEADERS and not (key and k.lower() in _AUTH_HEADERS)
+        if k.lower() not in _HOP_HEADERS and not (key and is_secret_name(k))
     }
     if key and dialect == "anthropic":
         out["x-api-key"] = key
