@@ -1,11 +1,15 @@
 """Benchmark names, as `pomona run --benchmark NAME` takes them, to task lists.
 
     swe-local                  the SWE task set shipped with Pomona (offline)
+    swe-multilingual-local     its JavaScript counterpart (Node's test runner), like Multilingual
     swebench:DATASET           any SWE-bench-format dataset: a task repo, .parquet / .jsonl rows,
                                a saved or hub dataset (verified, lite, multilingual, swe-gym...)
     terminal-bench-local       the Terminal-Bench tasks shipped with Pomona (offline)
     terminal-bench:PATH        a directory of harbor task directories
     files, text                the built-in smoke sets
+    miniwob                    MiniWoB++'s sampled tasks in real Chromium (offline)
+    webvoyager-local           the local sites' tasks, WebVoyager's schema (also deepshop-local,
+                               mind2web-local); these run with the WebVoyager loop by default
 
 SWE-bench tasks grade into official log directories, so they need to know where (`logs`), under
 which run id and model name: those are the keyword arguments. Datasets given by name or path are
@@ -20,15 +24,23 @@ from pathlib import Path
 from pomona.benchmarks import builtin, swe_datasets, swe_tasks, swebench, terminal_bench
 from pomona.benchmarks.task import Task
 
-LOCAL = ("swe-local", "terminal-bench-local", *builtin.TASK_SETS)
+BROWSER = ("miniwob", "webvoyager-local", "deepshop-local", "mind2web-local")
+
+LOCAL = ("swe-local", "swe-multilingual-local", "terminal-bench-local", *builtin.TASK_SETS,
+         *BROWSER)
+
+
+def natural_harness(name: str) -> str:
+    """The harness a benchmark runs with when none is named."""
+    return "webvoyager" if name in BROWSER else "pi"
 
 
 def load(name: str, *, logs: str | Path = "pomona-runs/swebench", run_id: str = "pomona",
          model: str = "pomona") -> list[Task]:
     kind, _, path = name.partition(":")
     swe = {"root": str(logs), "run_id": run_id, "model": model}
-    if name == "swe-local":
-        return list(swebench.tasks(swe_tasks.DATA, "swe-local", **swe))
+    if name in swe_tasks.TASK_SETS:
+        return list(swebench.tasks(swe_tasks.TASK_SETS[name].out, name, **swe))
     if kind == "swebench" and path:
         data = swe_datasets.load(path)
         return [swebench.to_task(i, f"swebench:{data.label}", **swe) for i in data.instances]
@@ -38,5 +50,9 @@ def load(name: str, *, logs: str | Path = "pomona-runs/swebench", run_id: str = 
         return list(terminal_bench.tasks(path, f"terminal-bench:{swe_datasets.label_of(path)}"))
     if name in builtin.TASK_SETS:
         return builtin.tasks(name)
+    if name in BROWSER:
+        from pomona.benchmarks.browser import suite
+
+        return suite.load(name)
     raise KeyError(f"unknown benchmark {name!r}: choose {', '.join(LOCAL)}, swebench:DATASET "
                    "or terminal-bench:PATH")

@@ -1,12 +1,17 @@
-"""The local SWE task set: real pure-Python projects from their PyPI sdists, each with one
-injected bug, built into a swebench 5.x task repo that ships with Pomona so runs are offline.
+"""The local SWE task sets: real projects from their published source archives, each with one
+injected bug, built into swebench 5.x task repos that ship with Pomona so runs are offline.
 
-Recipe (reference §3): take the sdist, inject a small bug and delete the tests that catch it,
+    swe-local               pure-Python projects from their PyPI sdists, tested with pytest
+    swe-multilingual-local  JavaScript projects from their npm tarballs, tested with Node's own
+                            test runner (TAP output, graded by swebench's parse_log_tap): the
+                            SWE-bench Multilingual path, on the payload's Node
+
+Recipe (reference §3): take the archive, inject a small bug and delete the tests that catch it,
 commit the tree as the single root commit of a fresh repository (no later history leaks the fix),
 write the gold patch (the revert), the test patch (the deleted tests), an eval.sh of the 5.x
 shape, and derive FAIL_TO_PASS / PASS_TO_PASS by running the tests on base and on base + gold.
-Each task also gets its negative fixtures: a wrong fix, a patch that does not apply and the
-conftest spoof (the empty patch needs no file). `pomona tasks build-swe` rebuilds it all.
+Each task also gets its negative fixtures: a wrong fix, a patch that does not apply and, for
+Python, the conftest spoof (the empty patch needs no file). `pomona tasks build-swe` rebuilds.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,8 +32,10 @@ from typing import Any
 from pomona.benchmarks import swebench
 
 DATA = Path(__file__).parent / "data" / "swe_local"
+MULTILINGUAL_DATA = Path(__file__).parent / "data" / "swe_multilingual_local"
 SDIST_CACHE = Path(os.environ.get("POMONA_SDIST_CACHE", "/var/cache/pomona/sdists"))
 DATASET = "pomona/swe-local"
+MULTILINGUAL_DATASET = "pomona/swe-multilingual-local"
 FIXTURES = ("wrong", "nonapplying", "spoof")
 HEREDOC = "EOF_114329324912"  # the delimiter swebench's own eval scripts use
 GIT_ENV = {"GIT_AUTHOR_NAME": "pomona", "GIT_AUTHOR_EMAIL": "tasks@pomona.invalid",
@@ -49,7 +57,7 @@ class Recipe:
 
     repo: str  # owner/name on GitHub, for the instance id
     number: int
-    sdist: str  # "name==version"
+    sdist: str  # "name==version" on PyPI, or "npm:name@version"
     path: str  # the file the bug goes into
     fixed: str  # text in the released file...
     buggy: str  # ...and what it becomes
@@ -61,6 +69,14 @@ class Recipe:
     @property
     def instance_id(self) -> str:
         return f"{self.repo.replace('/', '__')}-{self.number}"
+
+    @property
+    def language(self) -> str:
+        return "javascript" if self.sdist.startswith("npm:") else "python"
+
+    @property
+    def version(self) -> str:
+        return re.split(r"==|@", self.sdist.removeprefix("npm:").lstrip("@"), maxsplit=1)[1]
 
 
 RECIPES = (
@@ -109,6 +125,39 @@ RECIPES = (
 )
 
 
+MULTILINGUAL_RECIPES = (
+    Recipe("fastify/fast-content-type-parse", 1, "npm:fast-content-type-parse@4.0.1", "index.js",
+           "      start = ++index\n", "      start = index\n", "      start = index + 1\n",
+           ("test/index.test.js",),
+           "`parse` and `safeParse` keep the backslashes of quoted-pairs in parameter values: "
+           "`parse('text/plain; foo=\"ba\\\\\"r\"').parameters.foo` is `ba\\\"r` where RFC 9110 "
+           "(section 5.6.4) says a quoted-pair stands for the character after the backslash, "
+           "so it must be `ba\"r`."),
+    Recipe("fastify/forwarded", 1, "npm:@fastify/forwarded@3.1.2", "index.js",
+           "      (start !== end) && result.push(header.slice(start, end))\n",
+           "      result.push(header.slice(start, end))\n",
+           "      (header.slice(start, end) !== ' ') && result.push(header.slice(start, end))\n",
+           ("test/test.js",),
+           "`forwarded(req)` returns empty strings for blank entries of `X-Forwarded-For`: with "
+           "the header `10.0.0.2,, 10.0.0.1` it gives `['127.0.0.1', '10.0.0.1', '', '10.0.0.2']`; "
+           "blank entries between commas must be skipped, leaving only the addresses."),
+)
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """One shipped task repo: where it lives, the dataset name it publishes, its recipes."""
+
+    out: Path
+    dataset: str
+    recipes: tuple[Recipe, ...]
+
+
+TASK_SETS = {"swe-local": TaskSet(DATA, DATASET, RECIPES),
+             "swe-multilingual-local": TaskSet(MULTILINGUAL_DATA, MULTILINGUAL_DATASET,
+                                               MULTILINGUAL_RECIPES)}
+
+
 # --- building ----------------------------------------------------------------------------------
 
 
@@ -116,6 +165,27 @@ def _git(cwd: Path, *args: str, check: bool = True) -> str:
     env = {**os.environ, **GIT_ENV}
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=check, capture_output=True,
                           text=True).stdout
+
+
+def fetch_npm(spec: str, cache: Path = SDIST_CACHE) -> Path:
+    """The npm tarball for `name@version`, packed once into the cache (needs npm and the npm
+    registry, like building the harness payload)."""
+    name, version = spec.lstrip("@").rsplit("@", 1)
+    name = ("@" + name) if spec.startswith("@") else name
+    tarball = cache / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+    if not tarball.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError("building the JavaScript tasks needs npm on the host once")
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([npm, "pack", "-q", f"{name}@{version}", "--pack-destination", str(cache)],
+                       check=True, capture_output=True)
+    return tarball
+
+
+def fetch_source(spec: str, cache: Path = SDIST_CACHE) -> Path:
+    """The published archive a recipe starts from: a PyPI sdist or an npm tarball."""
+    return fetch_npm(spec.removeprefix("npm:"), cache) if spec.startswith("npm:") else fetch_sdist(spec, cache)
 
 
 def fetch_sdist(spec: str, cache: Path = SDIST_CACHE) -> Path:
@@ -157,16 +227,24 @@ def _diff(repo: Path) -> str:
     return out
 
 
+def test_command(r: Recipe) -> str:
+    """pytest with swebench's usual flags; Node's own runner with its TAP reporter."""
+    tests = " ".join(r.tests)
+    if r.language == "javascript":
+        return f"node --test --test-reporter=tap {tests}"
+    env = f"PYTHONPATH={r.pythonpath} " if r.pythonpath else ""
+    return f"{env}python3 -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}"
+
+
 def eval_script(r: Recipe, base: str, test_patch: str) -> str:
-    """The 5.x eval.sh: check the test files out at base, apply the test patch, run pytest
+    """The 5.x eval.sh: check the test files out at base, apply the test patch, run the tests
     between the markers, reset the test files."""
     tests = " ".join(r.tests)
-    env = f"PYTHONPATH={r.pythonpath} " if r.pythonpath else ""
     return (f"#!/bin/bash\nset -uxo pipefail\ncd {swebench.TESTBED}\n"
             f"git status\nrm -f {tests}\n"
             f"git apply -v - <<'{HEREDOC}'\n{test_patch}{HEREDOC}\n"
             ": '>>>>> Start Test Output'\n"
-            f"{env}python3 -m pytest --no-header -rA --tb=no -p no:cacheprovider {tests}\n"
+            f"{test_command(r)}\n"
             ": '>>>>> End Test Output'\n"
             f"rm -f {tests}\n")
 
@@ -175,9 +253,15 @@ def dockerfile(r: Recipe, base: str) -> str:
     """For running the task on Docker the official way; Pomona's host runs use the bundle."""
     import pytest
 
-    return (f"FROM python:3.11-slim\nRUN apt-get update && apt-get install -y --no-install-recommends "
-            f"git patch && rm -rf /var/lib/apt/lists/* && pip install pytest=={pytest.__version__}\n"
-            f"COPY {swebench.BUNDLE} /tmp/{swebench.BUNDLE}\n"
+    from pomona.harnesses.payload import NODE_VERSION
+
+    if r.language == "javascript":
+        head = (f"FROM node:{NODE_VERSION}-bookworm-slim\nRUN apt-get update && apt-get install -y "
+                "--no-install-recommends git patch && rm -rf /var/lib/apt/lists/*\n")
+    else:
+        head = (f"FROM python:3.11-slim\nRUN apt-get update && apt-get install -y --no-install-recommends "
+                f"git patch && rm -rf /var/lib/apt/lists/* && pip install pytest=={pytest.__version__}\n")
+    return (f"{head}COPY {swebench.BUNDLE} /tmp/{swebench.BUNDLE}\n"
             f"RUN git clone -q /tmp/{swebench.BUNDLE} /testbed && cd /testbed && "
             f"git checkout -q {base} && git remote remove origin\nWORKDIR /testbed\n")
 
@@ -188,14 +272,16 @@ def _fixtures(repo: Path, r: Recipe, gold: str) -> dict[str, str]:
     minus = next(i for i, line in enumerate(gold.splitlines()) if line.startswith("-") and not line.startswith("---"))
     lines = gold.splitlines(keepends=True)
     lines[minus] = lines[minus].rstrip("\n") + "  # this line is not in the file\n"
-    (repo / "conftest.py").write_text(SPOOF)
-    spoof = _diff(repo)
-    return {"wrong": wrong, "nonapplying": "".join(lines), "spoof": spoof}
+    fixtures = {"wrong": wrong, "nonapplying": "".join(lines)}
+    if r.language == "python":
+        (repo / "conftest.py").write_text(SPOOF)
+        fixtures["spoof"] = _diff(repo)
+    return fixtures
 
 
-def build_task(r: Recipe, out: Path, client: Any, work: Path) -> dict[str, Any]:
+def build_task(r: Recipe, out: Path, client: Any, work: Path, dataset: str = DATASET) -> dict[str, Any]:
     """Write tasks/<id>/ and fixtures/<id>/ under `out`; return the instance."""
-    sdist = fetch_sdist(r.sdist)
+    sdist = fetch_source(r.sdist)
     repo = work / r.instance_id
     repo.mkdir(parents=True)
     _unpack(sdist, repo)
@@ -210,6 +296,7 @@ def build_task(r: Recipe, out: Path, client: Any, work: Path) -> dict[str, Any]:
     _replace_once(repo / r.path, r.buggy, r.fixed)
     gold = _diff(repo)
     for t, text in hidden.items():
+        (repo / t).parent.mkdir(parents=True, exist_ok=True)  # git drops an emptied directory
         (repo / t).write_text(text)
     test_patch = _diff(repo)
     fixtures = _fixtures(repo, r, gold)
@@ -226,13 +313,17 @@ def build_task(r: Recipe, out: Path, client: Any, work: Path) -> dict[str, Any]:
     from swebench.task.checks import expected_image
     from swebench.task.repo import dump_tests, dump_yaml
 
-    meta = {"instance_id": r.instance_id, "repo": r.repo, "version": r.sdist.split("==")[1],
+    meta = {"instance_id": r.instance_id, "repo": r.repo, "version": r.version,
             "base_commit": base, "environment_setup_commit": base, "split": "test",
-            "datasets": [DATASET], "image": expected_image(r.instance_id),
+            "datasets": [dataset], "image": expected_image(r.instance_id),
             "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",
             "created_at": "2026-01-01T00:00:00Z",
             "source": {"sdist": sdist.name, "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(),
                        "bug_in": r.path}}
+    if r.language == "javascript":  # Multilingual rows carry no environment_setup_commit
+        del meta["environment_setup_commit"]
+        meta |= {"log_parser": "parse_log_tap", swebench.TOOLCHAINS: ["node"],
+                 swebench.TEST_DEPENDENCIES: []}
     (task_dir / "task.yaml").write_text(dump_yaml(meta))
     (task_dir / "tests.json").write_text(dump_tests({"FAIL_TO_PASS": [], "PASS_TO_PASS": []}))
     instance = swebench.load_instances(out, [r.instance_id])[0]
@@ -251,7 +342,8 @@ def build_task(r: Recipe, out: Path, client: Any, work: Path) -> dict[str, Any]:
     return {**instance, **tests}
 
 
-def build(out: Path = DATA, recipes: tuple[Recipe, ...] = RECIPES, client: Any = None) -> list[dict[str, Any]]:
+def build(out: Path = DATA, recipes: tuple[Recipe, ...] = RECIPES, client: Any = None,
+          dataset: str = DATASET) -> list[dict[str, Any]]:
     """Build every recipe into the task repo at `out` and check it the way `swebench dataset
     check` does; raise if it is not well formed."""
     from swebench.task.checks import check_task_repo, errors
@@ -260,12 +352,12 @@ def build(out: Path = DATA, recipes: tuple[Recipe, ...] = RECIPES, client: Any =
     from pomona import SandboxClient
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweb.yaml").write_text(dump_yaml({"datasets": [DATASET], "splits": ["test"]}))
+    (out / "sweb.yaml").write_text(dump_yaml({"datasets": [dataset], "splits": ["test"]}))
     state = None if client is not None else tempfile.mkdtemp(prefix="pomona-swe-build-state-")
     client = client or SandboxClient("local", state_dir=state)
     try:
         with tempfile.TemporaryDirectory(prefix="pomona-swe-build-") as work:
-            instances = [build_task(r, out, client, Path(work)) for r in recipes]
+            instances = [build_task(r, out, client, Path(work), dataset) for r in recipes]
     finally:
         if state is not None:
             from pomona.orchestrator.runtimes.local import LocalRuntime
@@ -279,9 +371,16 @@ def build(out: Path = DATA, recipes: tuple[Recipe, ...] = RECIPES, client: Any =
     return instances
 
 
-def fixture(instance_id: str, name: str, root: Path = DATA) -> str:
+def fixture(instance_id: str, name: str, root: Path | None = None) -> str:
     """A negative fixture's patch: `empty`, `wrong`, `nonapplying` or `spoof`."""
-    return "" if name == "empty" else (root / "fixtures" / instance_id / f"{name}.patch").read_text()
+    if name == "empty":
+        return ""
+    roots = [root] if root else [t.out for t in TASK_SETS.values()]
+    path = next((r / "fixtures" / instance_id / f"{name}.patch" for r in roots
+                 if (r / "fixtures" / instance_id).is_dir()), None)
+    if path is None:
+        raise KeyError(f"no fixtures for {instance_id} in {', '.join(map(str, roots))}")
+    return path.read_text()
 
 
 # --- CLI -----------------------------------------------------------------------------------------
@@ -291,17 +390,21 @@ def add_tasks_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     """Register `tasks` (with `build-swe`) on a `pomona` subparsers object."""
     p = subparsers.add_parser("tasks", help="build and inspect the local task sets")
     sub = p.add_subparsers(dest="tasks_command", required=True)
-    b = sub.add_parser("build-swe", help="rebuild the local SWE task repo from PyPI sdists")
-    b.add_argument("--out", type=Path, default=DATA, help=f"task repo directory (default {DATA})")
+    b = sub.add_parser("build-swe", help="rebuild a local SWE task repo from published archives")
+    b.add_argument("--set", dest="task_set", choices=sorted(TASK_SETS), default="swe-local",
+                   help="which task set (default swe-local)")
+    b.add_argument("--out", type=Path, help="task repo directory (default: the shipped one)")
     b.add_argument("--only", nargs="*", help="instance ids to build (default: all)")
     b.set_defaults(func=_run_build)
     return p
 
 
 def _run_build(args: argparse.Namespace) -> int:
-    recipes = tuple(r for r in RECIPES if not args.only or r.instance_id in args.only)
-    for inst in build(args.out, recipes):
+    chosen = TASK_SETS[args.task_set]
+    out = args.out or chosen.out
+    recipes = tuple(r for r in chosen.recipes if not args.only or r.instance_id in args.only)
+    for inst in build(out, recipes, dataset=chosen.dataset):
         print(f"{inst['instance_id']:40} FAIL_TO_PASS {len(inst['FAIL_TO_PASS']):4}  "
               f"PASS_TO_PASS {len(inst['PASS_TO_PASS']):4}")
-    print(f"task repo at {args.out} passes swebench's dataset check")
+    print(f"task repo at {out} passes swebench's dataset check")
     return 0

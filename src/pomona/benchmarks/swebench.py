@@ -146,10 +146,11 @@ def _host_tools(sandbox: Any, instance: dict[str, Any]) -> None:
     scripts written for conda images call it), and the payload's node where asked for."""
     from pomona.harnesses.run import TOOLS_MOUNT
 
-    pytools.install(sandbox, instance.get(TEST_DEPENDENCIES) or pytools.DEFAULT)
+    deps = instance.get(TEST_DEPENDENCIES)  # none declared: pytest; declared empty: nothing
+    pytools.install(sandbox, pytools.DEFAULT if deps is None else deps)
     links = ['command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python']
-    if "node" in toolchains(instance):
-        links.append(f"command -v node >/dev/null || ln -s {TOOLS_MOUNT}/node/bin/node {NODE_LINK}")
+    if "node" in toolchains(instance):  # the payload's pinned Node, whatever the host has
+        links.append(f"ln -sf {TOOLS_MOUNT}/node/bin/node {NODE_LINK}")
     result = sandbox.exec(" && ".join(["mkdir -p /usr/local/bin", *links]), user="root", timeout=60)
     if result.exit_code != 0:
         raise RuntimeError(f"could not provide the task's tools: {result.stderr.strip()}")
