@@ -113,6 +113,10 @@ def test_runtime_class_and_payload_delivery():
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "pomona-tools")
     assert volume["image"]["reference"] == "pomona/tools:1"
     assert "pomona-tools" not in {c["name"] for c in pod["spec"]["initContainers"]}
+    mount = next(
+        m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "pomona-tools"
+    )
+    assert mount["subPath"] == "pomona/tools" and mount["readOnly"] is True
     assert pod["spec"]["initContainers"][0]["name"] == "pomona-gate"  # the gate comes first, always
 
 

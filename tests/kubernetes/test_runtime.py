@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
         yield url, server, image, gate, tmp_path_factory.mktemp("snapshots")
 
 
-def runtime(cluster, owner: str):
+def runtime(cluster, owner: str, **settings):
     from kubernetes import client
 
     from pomona.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
@@ -56,6 +56,7 @@ def runtime(cluster, owner: str):
         snapshot_store=str(snapshots),
         image_pull_policy="Never",
         ready_timeout=120,
+        **settings,
     )
 
 
@@ -247,3 +248,35 @@ def test_a_pod_that_cannot_start_is_removed_and_says_why(k8s, cluster):
     with pytest.raises(ImageNotFound, match="ErrImageNeverPull|not present"):
         k8s.create_sandbox("pomona-test/no-such-image:1")
     assert (set(server.pods), set(server.policies)) == before
+
+
+def test_the_payload_comes_from_the_tools_image_read_only(cluster, tmp_path):
+    """deploy/tools.Dockerfile built around a small payload; the init container copies it with
+    the gate's busybox, as the nobody user, into the volume the sandbox mounts read-only."""
+    import subprocess
+    from pathlib import Path
+
+    from pomona.orchestrator.types import Mount
+
+    payload = tmp_path / "payload"
+    (payload / "bin").mkdir(parents=True)
+    (payload / "VERSIONS").write_text("hello 1.0\n")
+    (payload / "bin" / "hello").write_text("#!/bin/sh\necho from-the-payload\n")
+    (payload / "bin" / "hello").chmod(0o755)
+    dockerfile = Path(__file__).resolve().parents[2] / "deploy" / "tools.Dockerfile"
+    subprocess.run(
+        ["docker", "build", "-q", "-f", str(dockerfile), "-t", "pomona-test/tools:1", str(payload)],
+        check=True,
+        capture_output=True,
+    )
+    tools = Mount(source="/var/cache/pomona/tools", target="/opt/pomona/tools")
+    try:
+        with (
+            SandboxClient(runtime(cluster, "payload", tools_image="pomona-test/tools:1")) as client,
+            client.create_sandbox(cluster[2], mounts=[tools]) as sandbox,
+        ):
+            assert sandbox.exec("/opt/pomona/tools/bin/hello").stdout == "from-the-payload\n"
+            assert sandbox.exec("cat /opt/pomona/tools/VERSIONS").stdout == "hello 1.0\n"
+            assert sandbox.exec("touch /opt/pomona/tools/x", user="root").exit_code != 0
+    finally:
+        subprocess.run(["docker", "rmi", "-f", "pomona-test/tools:1"], capture_output=True)

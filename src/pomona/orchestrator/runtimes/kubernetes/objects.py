@@ -231,7 +231,10 @@ def sandbox_pod(
     for mount in spec.mounts:
         volume, extra_init = _payload_volume(mount.target, settings)
         volumes.append(volume)
-        mounts.append({"name": volume["name"], "mountPath": mount.target, "readOnly": True})
+        payload_mount = {"name": volume["name"], "mountPath": mount.target, "readOnly": True}
+        if "image" in volume:  # the tools image keeps the payload at /pomona/tools
+            payload_mount["subPath"] = "pomona/tools"
+        mounts.append(payload_mount)
         init += extra_init
     if settings.workspace_storage_class:
         volumes.append(_workspace_volume(spec, settings, workspace_snapshot))

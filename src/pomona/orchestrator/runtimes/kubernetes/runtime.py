@@ -348,7 +348,8 @@ class KubernetesRuntime:
             raise InvalidRequest(
                 "limits.disk needs workspace_storage_class= on this kubernetes runtime: the workdir "
                 "then gets a volume of that size (a full disk is ENOSPC); an ephemeral-storage "
-                "limit alone makes the kubelet evict the whole sandbox instead")
+                "limit alone makes the kubelet evict the whole sandbox instead"
+            )
         pids = spec.limits.pids
         if pids is not None and (
             self.settings.pod_pids_limit is None or pids < self.settings.pod_pids_limit
