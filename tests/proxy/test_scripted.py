@@ -160,3 +160,82 @@ def test_local_shell_tool_answer():
         "command": ["bash", "-lc", "ls"],
         "env": {},
     }
+
+
+PARALLEL = [["echo a", "echo b"], "echo c"]
+
+
+def _names_and_commands(name: str, final: dict) -> list[str]:
+    if name == "chat":
+        return [json.loads(c["function"]["arguments"])["command"]
+                for c in final["choices"][0]["message"].get("tool_calls") or []]  # fmt: skip
+    if name == "responses":
+        return [
+            json.loads(i["arguments"])["command"]
+            for i in final["output"]
+            if i["type"] == "function_call"
+        ]
+    return [b["input"]["command"] for b in final["content"] if b["type"] == "tool_use"]
+
+
+def _with_results(name: str, body: dict, n: int) -> dict:
+    """The request after `n` tool results (what a harness sends once it ran the calls)."""
+    body = json.loads(json.dumps(body))
+    if name == "chat":
+        body["messages"] += [
+            {"role": "tool", "tool_call_id": str(i), "content": ""} for i in range(n)
+        ]
+    elif name == "responses":
+        body["input"] += [
+            {"type": "function_call_output", "call_id": str(i), "output": ""} for i in range(n)
+        ]
+    else:
+        body["messages"].append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": str(i), "content": ""} for i in range(n)]})  # fmt: skip
+    return body
+
+
+@pytest.mark.parametrize("name", ["chat", "responses", "anthropic"])
+def test_a_script_group_is_answered_as_parallel_tool_calls(name):
+    d = DIALECTS[name]
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}}
+    tool = {"chat": {"type": "function", "function": {"name": "bash", "parameters": schema}},
+            "responses": {"type": "function", "name": "bash", "parameters": schema},
+            "anthropic": {"name": "bash", "input_schema": schema}}[name]  # fmt: skip
+    key = "input" if name == "responses" else "messages"
+    body = {key: [{"role": "user", "content": "go"}], "tools": [tool], "stream": True}
+    assert _names_and_commands(name, scripted.answer(d, body, PARALLEL)) == ["echo a", "echo b"]
+    after = _with_results(name, body, 2)
+    assert _names_and_commands(name, scripted.answer(d, after, PARALLEL)) == ["echo c"]
+    assert (
+        _names_and_commands(name, scripted.answer(d, _with_results(name, body, 3), PARALLEL)) == []
+    )
+    # parallel calls turned off: the group is answered one call per turn
+    off = {**body, "parallel_tool_calls": False}
+    if name == "anthropic":
+        off = {**body, "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}
+    assert _names_and_commands(name, scripted.answer(d, off, PARALLEL)) == ["echo a"]
+    assert _names_and_commands(name, scripted.answer(d, _with_results(name, off, 1), PARALLEL)) == [
+        "echo b"
+    ]
+    # and streamed, the events assemble back into the same two calls
+    final = scripted.answer(d, body, PARALLEL)
+    frames = _frames(b"".join(d.events(final, body)))
+    assert _names_and_commands(name, d.assemble(frames)) == ["echo a", "echo b"]
+
+
+def test_parallel_calls_through_the_sdk(proxy):
+    import httpx
+    import openai
+
+    ep = httpx.post(f"{proxy.url}/episodes", json={"model": "scripted", "script": PARALLEL}).json()
+    client = openai.OpenAI(base_url=ep["base_url"], api_key="k")
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}}}}  # fmt: skip
+    msg = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
+                                         tools=[tool]).choices[0].message  # fmt: skip
+    assert [json.loads(c.function.arguments)["command"] for c in msg.tool_calls] == [
+        "echo a",
+        "echo b",
+    ]
+    assert len({c.id for c in msg.tool_calls}) == 2

@@ -240,14 +240,13 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
             return _rendered(dialect, final, body, POLICY)
         if model == SCRIPTED or (episode is not None and episode.model == SCRIPTED):
             script = episode.script if episode else state.config.default_script
-            reply = scripted.reply(
+            final = scripted.answer(
                 dialect,
                 body,
                 script,
                 final=episode.final if episode else "done",
                 tool_less_is_side=episode.tool_less_is_side if episode else True,
             )
-            final = dialect.final(reply, str(body.get("model") or SCRIPTED), body)
             return _rendered(dialect, final, body, "scripted")
         route = state.config.route(model) if isinstance(model, str) else None
         if route is None:

@@ -175,6 +175,75 @@ def reply(
     return _with_tokens(Reply(tool_call=call), body)
 
 
+# --- parallel tool calls ------------------------------------------------------------------------
+# A script entry that is a list of steps is one parallel group: answered as several tool calls
+# in one reply, or one call per reply when the request turns parallel calls off. The steps are
+# numbered flat, so the stateless step count (tool results) still finds the next one.
+
+
+def flatten(script: Sequence[str | Sequence[str]]) -> list[tuple[str, int]]:
+    """Each step, with the index of the script entry (the parallel group) it belongs to."""
+    return [
+        (step, group)
+        for group, entry in enumerate(script)
+        for step in ([entry] if isinstance(entry, str) else entry)
+    ]
+
+
+def parallel_allowed(body: dict[str, Any]) -> bool:
+    """Chat and Responses say `parallel_tool_calls: false`; Anthropic says it in tool_choice."""
+    if body.get("parallel_tool_calls") is False:
+        return False
+    choice = body.get("tool_choice")
+    return not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use"))
+
+
+def _step_call(tools: Sequence[Tool], step: str) -> ToolCall | None:
+    structured = structured_step(step)
+    if structured is not None:
+        return tool_step_call(tools, structured) if "tool" in structured else None
+    tool = choose_shell_tool(tools)
+    return ToolCall(tool.name, shell_arguments(tool, step), kind=tool.kind) if tool else None
+
+
+def answer(
+    dialect: Dialect,
+    body: dict[str, Any],
+    script: Sequence[str | Sequence[str]],
+    *,
+    final: str = "done",
+    tool_less_is_side: bool = True,
+) -> dict[str, Any]:
+    """The scripted answer as the dialect's final object, parallel groups included."""
+    from pomona.proxy import neutral  # neutral renders several calls; it imports the dialects
+
+    model = str(body.get("model") or "scripted")
+    flat = flatten(script)
+    steps = [step for step, _ in flat]
+    tools = dialect.tools(body)
+    done = step_of(dialect, body, steps) if tools or not tool_less_is_side else len(flat)
+    group = [s for s, g in flat[done:] if g == flat[done][1]] if done < len(flat) else []
+    calls = [_step_call(tools, s) for s in group] if parallel_allowed(body) else []
+    if len(calls) < 2 or None in calls:
+        single = reply(dialect, body, steps, final=final, tool_less_is_side=tool_less_is_side)
+        return dialect.final(single, model, body)
+    out = neutral.render(dialect, neutral.Action(tool_calls=calls), model, body)  # type: ignore[arg-type]
+    if dialect.name == "chat" and body.get("return_token_ids"):
+        rendered = [
+            {"function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in calls  # type: ignore[union-attr]
+        ]
+        tokens = _with_tokens(Reply(text=_render_assistant(None, rendered)), body)
+        choice = out["choices"][0]
+        out["prompt_token_ids"], choice["token_ids"] = (
+            tokens.prompt_token_ids,
+            tokens.completion_token_ids,
+        )
+        if tokens.logprobs is not None:
+            choice["logprobs"] = {"content": tokens.logprobs}
+    return out
+
+
 # --- vLLM-style token ids, so token faithfulness can be tested without a GPU ------------------
 # A byte-level "tokenizer" with a prefix-stable chat template: each message renders as
 # <role> text <end>, and the prompt ends with <assistant>. The completion is the assistant's
