@@ -80,9 +80,9 @@ def is_side(dialect: Dialect, body: dict[str, Any]) -> bool:
     return not dialect.tools(body)
 
 
-def structured_step(step: str) -> dict[str, Any] | None:
-    """The step as {"tool", "arguments"} or {"text"}, or None for a shell command."""
-    if not step.lstrip().startswith("{"):
+def structured_step(step: Any) -> dict[str, Any] | None:
+    """The step as {"tool", "arguments"} or {"text"}, or None for a shell command (or a group)."""
+    if not isinstance(step, str) or not step.lstrip().startswith("{"):
         return None
     try:
         value = json.loads(step)
