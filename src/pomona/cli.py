@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.orchestrator.server.app import add_serve_parser
     from pomona.proxy.cli import add_proxy_parser
     from pomona.run import add_run_parser
+    from pomona.trainer.cli import add_export_parser, add_train_parser
     from pomona.viewer.app import add_view_parser
 
     parser = argparse.ArgumentParser(
@@ -40,9 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_tasks_parser(sub)
     add_run_parser(sub)
     add_leaderboard_parser(sub)
+    add_export_parser(sub)
+    add_train_parser(sub)
+    add_grade_parser(sub)
     add_view_parser(sub)
     add_deploy_parser(sub)
-    add_grade_parser(sub)
     add_gc_parser(sub)
     return parser
 
