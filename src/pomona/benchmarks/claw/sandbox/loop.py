@@ -124,7 +124,7 @@ class SimulatedUser:
 
     def __init__(self, spec: dict[str, Any]):
         self.spec, self.rounds = spec, 0
-        body = {"model": spec["model"], "tool_less_calls": "turn",
+        body = {"model": spec["model"], "tool_less_calls": "main",
                 "metadata": {"role": "simulated-user", "of": spec.get("of", "")}}
         if spec.get("script"):
             body["script"] = spec["script"]
