@@ -71,9 +71,10 @@ def runtime_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def client(runtime_name: str, state_root: Path) -> Iterator[SandboxClient]:
+def client(runtime_name: str, state_root: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxClient]:
     if runtime_name == "http":
-        yield from _http_client(state_root / "http")
+        yield from _http_client(state_root / "http", tmp_path_factory.getbasetemp())
         return
     state = state_root / runtime_name
     with SandboxClient(runtime_name, state_dir=str(state)) as c:
@@ -89,11 +90,12 @@ def client(runtime_name: str, state_root: Path) -> Iterator[SandboxClient]:
         LocalRuntime(state).unmount_store()
 
 
-def _http_client(state: Path) -> Iterator[SandboxClient]:
+def _http_client(state: Path, mountable: Path) -> Iterator[SandboxClient]:
+    """The tenant may mount host paths under the test's temporary directories only."""
     from pomona.orchestrator.server.app import build
     from tests.service.harness import KEYS, server_thread, unmount
 
-    app = build("local", str(state), api_keys=KEYS, admins={"admin"})
+    app = build("local", str(state), api_keys=KEYS, admins={"admin"}, mount_sources=[str(mountable)])
     with server_thread(app) as url:
         with SandboxClient(base_url=url, api_key=KEYS["alice"]) as c:
             yield c

@@ -16,8 +16,11 @@ from pomona.benchmarks.task import CommandScorer, Task
 from pomona.gym.rollout import summary
 from pomona.gym.sandboxes import shared_client
 
+# Only the hanging task has a short budget: it cannot finish in it on any machine, and the
+# episodes meant to succeed get a budget no load can exhaust (a busy 2-core box once timed out
+# a good episode under a shared 20 s budget).
 HANG = Task(id="gym-test/hang", instruction="Wait.", scorer=CommandScorer("true", ""),
-            solution=("sleep 120",), benchmark="gym-test")
+            solution=("sleep 120",), benchmark="gym-test", metadata={"agent_timeout": 10})
 DOOMED = Task(id="gym-test/doomed", instruction="Wait.", scorer=CommandScorer("true", ""),
               solution=("sleep 120",), benchmark="gym-test")
 BROKEN = Task(id="gym-test/broken-upstream", instruction="Create hello.txt.",
@@ -51,7 +54,7 @@ def test_twenty_episodes_with_failures(gym_state, gym_proxy, runs):
         records = asyncio.run(pomona.gym.rollout(
             [*GOOD, HANG, DOOMED, BROKEN], "pi",
             lambda task: "broken" if task is BROKEN else "oracle",
-            n=4, concurrency=8, proxy=gym_proxy, state_dir=gym_state, timeout=20,
+            n=4, concurrency=8, proxy=gym_proxy, state_dir=gym_state, timeout=600,
             run_id="rollout-test", progress=True, on_episode=on_episode))
     finally:
         stop.set()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -88,3 +90,24 @@ def test_step_before_reset_is_an_error(state_dir):
     env = make(state_dir)
     with pytest.raises(RuntimeError, match="reset"):
         env.unwrapped.step("ls")
+
+
+def _used_bytes(store: Path) -> int:
+    st = os.statvfs(store)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def test_five_hundred_resets_leave_the_process_and_the_store_flat(state_dir):
+    """Long runs must be flat: a leaked descriptor pins a deleted sandbox's files (and reset
+    failed with EMFILE after a few hundred episodes)."""
+    env = make(state_dir)
+    env.reset(seed=0)
+    env.step("echo warm > warm.txt")
+    fds = len(os.listdir("/proc/self/fd"))
+    used = _used_bytes(Path(state_dir) / "store")
+    for i in range(500):
+        env.reset(seed=i)
+        env.step("head -c 65536 /dev/urandom > filler.bin")  # what a leak would pin: 64 KiB each
+    assert len(os.listdir("/proc/self/fd")) <= fds
+    assert _used_bytes(Path(state_dir) / "store") - used < 4 * 2**20  # 500 pinned would be >= 32 MiB
+    env.close()

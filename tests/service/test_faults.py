@@ -216,3 +216,36 @@ def test_two_replicas_one_redis_alternating_clients(state, redis_server):
     finally:
         for r in replicas:
             r.stop()
+
+
+def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
+    """The store writes the job, then its answer is lost (Redis stopped between the two: the
+    restart test's rare failure). The client's retry with the same key must run it, once, and
+    not wait forever on a job nothing would start."""
+    import sqlite3
+
+    from pomona.orchestrator.runtimes import make_runtime
+    from pomona.orchestrator.server.app import KeyRing, create_app
+    from pomona.orchestrator.server.coordinator import Coordinator
+    from pomona.orchestrator.server.store import SqliteStore
+    from pomona.orchestrator.service import SandboxService
+    from tests.service.harness import server_thread
+
+    class AnswerLostOnce(SqliteStore):
+        lost = False
+
+        async def add_job(self, job, idempotency_key):
+            stored = await super().add_job(job, idempotency_key)
+            if not AnswerLostOnce.lost and job.request.command == "echo once >> /workspace/log":
+                AnswerLostOnce.lost = True
+                raise sqlite3.OperationalError("the store went away before answering")
+            return stored
+
+    state.mkdir(parents=True)
+    service = SandboxService(make_runtime("local", str(state)), reap_interval=10**9)
+    app = create_app(Coordinator(service, AnswerLostOnce(state / "store.db")), KeyRing(KEYS))
+    with server_thread(app) as url, sdk(url) as client:
+        sb = client.create_sandbox()
+        result = sb.exec("echo once >> /workspace/log")  # 503, retried with the same key
+        assert result.exit_code == 0 and AnswerLostOnce.lost
+        assert sb.exec("cat /workspace/log").stdout == "once\n"

@@ -367,10 +367,18 @@ class Coordinator:
             if stored.request != request:
                 raise SandboxConflict(f"idempotency key {idempotency_key!r} was used for a different "
                                       "command; use a new key per command")
-            return stored, False
+            if not self._orphaned(stored):
+                return stored, False
+            job = stored  # an earlier attempt stored it, then lost the store's answer: run it now
         live = self._jobs[job.id] = _LiveJob(job, on_finish=on_finish)
         live.task = asyncio.create_task(self._run(live))
         return job, True
+
+    def _orphaned(self, job: JobRecord) -> bool:
+        """A job this replica stored but never started: the store went away between writing it
+        and answering (a Redis restart), so the attempt failed before the job was started, and
+        nothing would ever run it. It is started by the retry that finds it, exactly once."""
+        return job.status == "queued" and job.replica == self.replica and job.id not in self._jobs
 
     async def _run(self, live: _LiveJob) -> None:
         job = live.record
