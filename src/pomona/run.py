@@ -30,7 +30,7 @@ from typing import Any
 from pomona.benchmarks import leaderboard, metrics, registry, swebench
 from pomona.harnesses.proxy_link import ProxyLink
 
-DEFAULT_HARNESS = "pi"
+DEFAULT_HARNESS = "pi"  # the natural harness of the non-browser benchmarks
 DEFAULT_MODEL = "oracle"
 DEFAULT_TRAJECTORIES = Path("pomona-runs")
 DEFAULT_TIMEOUT = 600.0
@@ -90,13 +90,16 @@ def _swe_outputs(records: list[Any], tasks: list[Any], logs: Path, run_id: str,
     return swebench.run_report(preds, instances, run_id, logs)
 
 
-def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = DEFAULT_MODEL, *,
+def run_benchmark(benchmark: str, harness: str | None = None, model: str = DEFAULT_MODEL, *,
                   k: int = 1, runtime: str = "local", trajectories: str | Path = DEFAULT_TRAJECTORIES,
                   concurrency: int = 4, timeout: float = DEFAULT_TIMEOUT, models: str | None = None,
                   task_ids: list[str] | None = None, state_dir: str | None = None,
-                  progress: bool = True) -> RunResult:
-    """Run `k` attempts of `harness` with `model` on every task of `benchmark`. `timeout` is the
-    agent's budget for tasks that set none of their own (task.toml, an instance field)."""
+                  progress: bool = True, judge: str | None = None,
+                  judge_prompts: str | None = None) -> RunResult:
+    """Run `k` attempts of `harness` (default: the benchmark's natural one) with `model` on every
+    task of `benchmark`. `timeout` is the agent's budget for tasks that set none of their own
+    (task.toml, an instance field). `judge` names a model for the browser benchmarks' LLM judges."""
+    harness = harness or registry.natural_harness(benchmark)
     from pomona.gym.proxies import shared_proxy
     from pomona.gym.rollout import Progress, rollout
 
@@ -113,10 +116,19 @@ def run_benchmark(benchmark: str, harness: str = DEFAULT_HARNESS, model: str = D
                    {"model": model, "runtime": runtime})
     bar = Progress(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
     try:
-        records = asyncio.run(rollout(
-            tasks, harness, model, n=k, concurrency=concurrency, proxy=link,
-            runtime=client_runtime(runtime), state_dir=state_dir, timeout=timeout,
-            run_id=run_id, progress=False, on_episode=bar.update))
+        if benchmark in registry.BROWSER:
+            from pomona.benchmarks.browser import runner
+
+            records = runner.run_benchmark(
+                benchmark, tasks, harness, model, k=k, link=link, runtime=client_runtime(runtime),
+                state_dir=state_dir, run_id=run_id, trajectories=trajectories,
+                concurrency=concurrency, judge_model=judge, judge_prompts=judge_prompts,
+                on_episode=bar.update)
+        else:
+            records = asyncio.run(rollout(
+                tasks, harness, model, n=k, concurrency=concurrency, proxy=link,
+                runtime=client_runtime(runtime), state_dir=state_dir, timeout=timeout,
+                run_id=run_id, progress=False, on_episode=bar.update))
     finally:
         bar.close()
     rows = [row_of(r, model) for r in records]
@@ -157,7 +169,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     p = subparsers.add_parser("run", help="run a harness with a model on a benchmark, graded and recorded")
     p.add_argument("--benchmark", required=True,
                    help=f"{', '.join(registry.LOCAL)}, swebench:PATH or terminal-bench:PATH")
-    p.add_argument("--harness", default=DEFAULT_HARNESS, help=f"default {DEFAULT_HARNESS}")
+    p.add_argument("--harness", help=f"default: the benchmark's natural harness ({DEFAULT_HARNESS}; "
+                   "webvoyager, the built-in WebVoyager loop, for browser benchmarks)")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="oracle (gold solution, offline), scripted, or a name from --models")
     p.add_argument("-k", type=int, default=1, help="attempts per task (for pass@k / pass^k)")
@@ -168,6 +181,10 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help="seconds per harness run, for tasks that set no time of their own")
     p.add_argument("--tasks", nargs="*", help="only these task ids")
+    p.add_argument("--judge", help="browser benchmarks: a model (from --models) for the official "
+                   "judge procedure, reported beside the oracle with their agreement")
+    p.add_argument("--judge-prompts", help="a directory of judge prompt files replacing Pomona's "
+                   "wording (see docs/browser.md)")
     p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
     p.add_argument("--html", type=Path, help="also write the leaderboard as an HTML page")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON too")
@@ -179,7 +196,8 @@ def _run(args: argparse.Namespace) -> int:
     result = run_benchmark(args.benchmark, args.harness, args.model, k=args.k, runtime=args.runtime,
                            trajectories=args.trajectories, concurrency=args.concurrency,
                            timeout=args.timeout, models=args.models, task_ids=args.tasks,
-                           state_dir=args.state_dir)
+                           state_dir=args.state_dir, judge=args.judge,
+                           judge_prompts=args.judge_prompts)
     print(f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n")
     print(task_table(result.rows))
     if failed := failures(result.rows):

@@ -28,7 +28,8 @@ from pomona.browser_env.errors import ActionError, BrowserCrashed, BrowserInfraE
 from pomona.orchestrator.errors import PomonaError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 
-SEARCH_HOME = "http://search.pomona.test/"  # where `Google` goes: the local web's search page
+SEARCH_HOME = "http://search.pomona.test/"
+NAVIGATION_RETRIES = 5  # where `Google` goes: the local web's search page
 
 
 class Web(Protocol):
@@ -222,11 +223,20 @@ class BrowserSession:
 
     def observe(self) -> Observation:
         def work() -> Observation:
-            self.page.wait_for_load_state("load")
-            raw = self.page.evaluate(som.LABEL_SCRIPT)
-            shot = self.page.screenshot(type="png")
-            self.page.evaluate(som.CLEAR_SCRIPT)
-            return Observation(shot, self.page.url, self.page.title(), som.parse_marks(raw))
+            for attempt in range(NAVIGATION_RETRIES):
+                self.page.wait_for_load_state("load")
+                try:
+                    raw = self.page.evaluate(som.LABEL_SCRIPT)
+                    shot = self.page.screenshot(type="png")
+                    self.page.evaluate(som.CLEAR_SCRIPT)
+                    return Observation(shot, self.page.url, self.page.title(), som.parse_marks(raw))
+                except _playwright_error() as e:
+                    # a navigation an action started replaced the page mid-observation: the
+                    # observation is read-only, so it is safe to take again on the new page
+                    if "context was destroyed" not in str(e) or attempt + 1 == NAVIGATION_RETRIES:
+                        raise
+                    time.sleep(self.options.settle)
+            raise AssertionError("unreachable")
 
         return self._guard("observing the page", work)
 

@@ -1,0 +1,57 @@
+"""Trajectories written in the layouts the official evaluators read, so their own scripts can
+re-judge a Pomona run:
+
+    WebVoyager       <root>/task<id>/interact_messages.json + screenshot<N>.png (N from 1)
+                     (auto_eval.py reads the task from message [1] and the last k screenshots)
+    Online-Mind2Web  <root>/<task_id>/result.json (schema "online-mind2web-v2") +
+                     <task_id>/trajectory/<N>_screenshot.png; the action history holds the
+                     factual actions only, and the answer sits apart in agent_final_answer
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_webvoyager(
+    root: Path, task_id: str, messages: list[dict[str, Any]], screenshots: list[bytes]
+) -> Path:
+    folder = root / f"task{task_id}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "interact_messages.json").write_text(json.dumps(messages, indent=1))
+    for n, png in enumerate(screenshots, 1):
+        (folder / f"screenshot{n}.png").write_bytes(png)
+    return folder
+
+
+def write_mind2web(
+    root: Path,
+    row: dict[str, Any],
+    steps: list[dict[str, Any]],
+    screenshots: list[bytes],
+    answer: str | None,
+) -> Path:
+    folder = root / row["task_id"]
+    (folder / "trajectory").mkdir(parents=True, exist_ok=True)
+    for n, png in enumerate(screenshots):
+        (folder / "trajectory" / f"{n}_screenshot.png").write_bytes(png)
+    history = [
+        {
+            "action": s["action"],
+            "thought": s.get("thought", ""),
+            "screenshot": f"trajectory/{s['screenshot']}_screenshot.png",
+        }
+        for s in steps
+    ]
+    result = {
+        "schema_version": "online-mind2web-v2",
+        "task_id": row["task_id"],
+        "task": row["confirmed_task"],
+        "website": row["website"],
+        "action_history": history,
+        "agent_final_answer": answer or "",
+    }
+    (folder / "result.json").write_text(json.dumps(result, indent=1))
+    return folder
