@@ -9,7 +9,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-EXAMPLES = 15
+EXAMPLES = 10
 
 
 def test_the_openapi_document_has_every_dialect(proxy):

@@ -139,7 +139,7 @@ class FakeUpstream(AppServer):
             if await request.is_disconnected():
                 self.cancelled.append(model)
                 return True
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(min(0.05, max(0.0, end - loop.time())))
         return False
 
     async def _cut(self, events: list[bytes]) -> AsyncIterator[bytes]:
