@@ -10,6 +10,11 @@
     miniwob                    MiniWoB++'s sampled tasks in real Chromium (offline)
     webvoyager-local           the local sites' tasks, WebVoyager's schema (also deepshop-local,
                                mind2web-local); these run with the WebVoyager loop by default
+    claw-eval-local            Claw-Eval task.yaml tasks shipped with Pomona (mock services, MCP);
+    claw-eval:PATH             a directory of Claw-Eval task directories; Claw-Eval's own loop
+                               (`claw-eval` harness) by default
+    qwenclawbench-local        QwenClawBench task_*.md tasks shipped with Pomona (OpenClaw default)
+    qwenclawbench:PATH         a QwenClawBench checkout (tasks/ and assets/)
 
 SWE-bench tasks grade into official log directories, so they need to know where (`logs`), under
 which run id and model name: those are the keyword arguments. Datasets given by name or path are
@@ -26,13 +31,16 @@ from pomona.benchmarks.task import Task
 
 BROWSER = ("miniwob", "webvoyager-local", "deepshop-local", "mind2web-local")
 
+CLAW = {"claw-eval": "claw-eval", "qwenclawbench": "openclaw"}  # task format -> natural harness
+
 LOCAL = ("swe-local", "swe-multilingual-local", "terminal-bench-local", *builtin.TASK_SETS,
-         *BROWSER)
+         *BROWSER, *(f"{c}-local" for c in CLAW))
 
 
 def natural_harness(name: str) -> str:
     """The harness a benchmark runs with when none is named."""
-    return "webvoyager" if name in BROWSER else "pi"
+    claw = name.removesuffix("-local").partition(":")[0]
+    return "webvoyager" if name in BROWSER else CLAW.get(claw, "pi")
 
 
 def load(name: str, *, logs: str | Path = "pomona-runs/swebench", run_id: str = "pomona",
@@ -54,5 +62,10 @@ def load(name: str, *, logs: str | Path = "pomona-runs/swebench", run_id: str = 
         from pomona.benchmarks.browser import suite
 
         return suite.load(name)
+    claw = name.removesuffix("-local") if name.endswith("-local") else kind
+    if claw in CLAW and (name.endswith("-local") or path):
+        from pomona.benchmarks.claw import load as load_claw
+
+        return load_claw(claw, path or None)
     raise KeyError(f"unknown benchmark {name!r}: choose {', '.join(LOCAL)}, swebench:DATASET "
                    "or terminal-bench:PATH")
