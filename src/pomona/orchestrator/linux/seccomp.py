@@ -5,7 +5,8 @@ Built once per process with libseccomp (ctypes against the system's libseccomp.s
 spirit of Docker's profile: every syscall libseccomp knows for x86-64 is allowed unless it is on
 the deny list below, and any other (newer than libseccomp, or of another ABI) fails with ENOSYS,
 which libc treats as "not here" and falls back from. The program is exported as raw BPF, which
-bubblewrap loads for a sandbox's init (`--seccomp FD`) and `install()` loads in each exec's gate.
+bubblewrap loads for a sandbox's init (`--seccomp FD`) and a static helper (seccomp_exec.c) loads
+before each exec enters the sandbox.
 """
 
 from __future__ import annotations
@@ -13,8 +14,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import functools
+import hashlib
 import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from pomona.orchestrator.errors import RuntimeUnavailable
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_CMP_MASKED_EQ = 7
@@ -104,10 +112,6 @@ class _Cmp(ctypes.Structure):
         ("a", ctypes.c_uint64),
         ("b", ctypes.c_uint64),
     ]
-
-
-class _Prog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def _errno(code: int) -> int:
@@ -205,31 +209,37 @@ def memfd() -> int:
     return fd
 
 
-class Installer:
-    """Loads the filter into the calling process: meant as a subprocess preexec_fn, so every
-    argument is prepared here, before the fork, and the child only makes two syscalls."""
-
-    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
-
-    def __init__(self) -> None:
-        code = program()
-        self._buffer = ctypes.create_string_buffer(code, len(code))
-        self._prog = _Prog(len(code) // 8, ctypes.addressof(self._buffer))
-        self._prctl = ctypes.CDLL(None, use_errno=True).prctl
-        self._prctl.argtypes = [
-            ctypes.c_int,
-            ctypes.c_ulong,
-            ctypes.c_void_p,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        ]
-        self._pointer = ctypes.addressof(self._prog)
-
-    def __call__(self) -> None:
-        if self._prctl(self.PR_SET_SECCOMP, self.SECCOMP_MODE_FILTER, self._pointer, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "loading the sandbox's seccomp filter failed")
+LOADER_SOURCE = Path(__file__).with_name("seccomp_exec.c")
+LOADER_DIR = Path(os.environ.get("POMONA_CACHE", "/var/cache/pomona")) / "bin"
 
 
 @functools.cache
-def installer() -> Installer:
-    return Installer()
+def loader() -> str:
+    """The static helper that loads the filter and executes a command, built once per machine
+    (and again when its source changes) with the system's C compiler."""
+    source = LOADER_SOURCE.read_bytes()
+    binary = LOADER_DIR / f"pomona-seccomp-exec-{hashlib.sha256(source).hexdigest()[:12]}"
+    if binary.exists():
+        return str(binary)
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeUnavailable("the local runtime builds a small seccomp loader at first use and "
+                                 "needs a C compiler for it: apt-get install gcc libc6-dev (./dev setup)")
+    LOADER_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOADER_DIR / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            staging = binary.with_suffix(".tmp")
+            built = subprocess.run([compiler, "-static", "-O2", "-o", str(staging), str(LOADER_SOURCE)],
+                                   capture_output=True, text=True)
+            if built.returncode:
+                raise RuntimeUnavailable(f"building the seccomp loader failed: {built.stderr.strip()[-500:]}")
+            staging.replace(binary)
+    return str(binary)
+
+
+@functools.cache
+def shared_fd() -> int:
+    """The program in a memfd this process keeps open, passed to every loader it starts (the
+    loader reads it with pread, so the shared offset never moves)."""
+    return memfd()

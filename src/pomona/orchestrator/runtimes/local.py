@@ -174,6 +174,7 @@ class LocalRuntime:
             raise RuntimeUnavailable(f"the local runtime needs {', '.join(missing)}; run ./dev setup")
         if os.geteuid() != 0:
             raise RuntimeUnavailable("the local runtime needs root (it mounts overlays and cgroups)")
+        seccomp.loader()  # built once per machine; says what is missing if it cannot be
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -641,9 +642,10 @@ class LocalRuntime:
                "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
                **request.env}
         with self._namespaces(live, (*names, "root", "cwd")) as fds:
-            # setpriv --nnp: setuid binaries in the image grant nothing. -w is the idle process's
-            # cwd (never the gate's host cwd); INNER then goes to the command's own directory.
-            argv = [INIT_BINARY, "setpriv", "--nnp", INIT_BINARY, "nsenter",
+            # The loader sets no_new_privs (setuid binaries in the image grant nothing) and the
+            # filter. -w is the idle process's cwd (never the gate's host cwd); INNER then goes to
+            # the command's own directory.
+            argv = [seccomp.loader(), str(seccomp.shared_fd()), INIT_BINARY, "nsenter",
                     *(f"-{flag}/proc/self/fd/{fds[ns]}" for flag, ns in NAMESPACES if ns in fds),
                     f"-r/proc/self/fd/{fds['root']}", f"-w/proc/self/fd/{fds['cwd']}"]
             if user != "root":
@@ -657,24 +659,19 @@ class LocalRuntime:
     @staticmethod
     def _start(live: _Live, argv: list[str], env: dict[str, str], fds: tuple[int, ...], stdin: bool,
                terminal: int | None) -> subprocess.Popen:
-        install = seccomp.installer()
+        fds = (*fds, seccomp.shared_fd())
         if terminal is not None:
-            joined = execution.pty_preexec(preexec_joiner(live.cgroup.procs_files))
-
-            def preexec() -> None:
-                joined()
-                install()
-
+            join = preexec_joiner(live.cgroup.procs_files)
             return subprocess.Popen(argv, env=env, start_new_session=True, stdin=terminal, stdout=terminal,
-                                    stderr=terminal, pass_fds=fds, preexec_fn=preexec)
+                                    stderr=terminal, pass_fds=fds, preexec_fn=execution.pty_preexec(join))
         # The gate: a static shell that waits on a pipe while we move it into the cgroup, so the
-        # command cannot fork outside the limits; the filter is loaded before it runs a thing.
+        # command cannot fork outside the limits; no preexec_fn, so Python can use vfork.
         gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(
                 [INIT_BINARY, "sh", "-c", GATE.format(fd=gate_r), *argv], env=env, start_new_session=True,
                 pass_fds=(gate_r, *fds), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, preexec_fn=install)
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL)
             os.close(gate_r)
             gate_r = -1
             live.cgroup.join(proc.pid)
