@@ -151,24 +151,26 @@ def test_older_files_without_newer_columns(tmp_path: Path, serve: Any) -> None:
     assert data["totals"]["input_tokens"] == 4
 
 
-def test_a_compacted_store(tmp_path: Path, serve: Any) -> None:
+def test_a_store_compacted_while_the_viewer_runs(tmp_path: Path, serve: Any) -> None:
     with TrajectoryWriter(tmp_path, "calls") as w:
         for n in range(3):
             w.write(call_row("p", n))
     with TrajectoryWriter(tmp_path, "episodes") as w:
         w.write(episode_row("p", "t", 0))
+    api = serve(tmp_path)
+
+    def answers() -> list[str]:
+        data = api.get("/api/episode", params={"key": "p"}).json()
+        return [c["answer"][0]["parts"][0]["text"] for c in data["calls"]]
+
+    assert answers() == ["answer 0", "answer 1", "answer 2"]
     for table in ("calls", "episodes"):
         trajectories.compact(tmp_path, table)
     assert not list(tmp_path.glob("*.arrows"))
-    api = serve(tmp_path)
-    data = api.get("/api/episode", params={"key": "p"}).json()
-    assert [c["answer"][0]["parts"][0]["text"] for c in data["calls"]] == [
-        "answer 0",
-        "answer 1",
-        "answer 2",
-    ]
+    assert answers() == ["answer 0", "answer 1", "answer 2"]
     raw = api.get("/api/episode/raw", params={"key": "p"}).json()
     assert json.loads(raw["calls"][2]["response"])["choices"][0]["message"]["content"] == "answer 2"
+    assert api.get("/api/overview").json()["calls"] == 3
 
 
 def test_artifacts_are_served_only_from_inside_the_store(tmp_path: Path, serve: Any) -> None:

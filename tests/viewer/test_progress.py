@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import os
@@ -10,11 +11,20 @@ import pty
 import subprocess
 import sys
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pomona.orchestrator.linux.images import ImageStore
+
+
+def resolve(store: Path, ref: str) -> Any:
+    """ImageStore.resolve on a thread of its own: Playwright's sync API (other tests of this
+    session) keeps an event loop running on the main thread, where asyncio.run refuses."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, ImageStore(store).resolve(ref)).result()
 
 
 def _docker_save(path: Path, layer_bytes: int) -> None:
@@ -24,8 +34,6 @@ def _docker_save(path: Path, layer_bytes: int) -> None:
         info = tarfile.TarInfo("data.bin")
         info.size = layer_bytes
         tar.addfile(info, io.BytesIO(os.urandom(layer_bytes)))
-    import hashlib
-
     diff_id = "sha256:" + hashlib.sha256(layer.getvalue()).hexdigest()
     config = {"rootfs": {"type": "layers", "diff_ids": [diff_id]}, "config": {"Env": ["A=1"]}}
     members = {
@@ -45,7 +53,7 @@ def test_image_unpack_draws_bytes_when_asked(tmp_path: Path, monkeypatch: pytest
     archive = tmp_path / "image.tar"
     _docker_save(archive, 3 * 2**20)
     monkeypatch.setenv("POMONA_PROGRESS", "1")
-    image = asyncio.run(ImageStore(tmp_path / "store").resolve(f"docker-archive:{archive}"))
+    image = resolve(tmp_path / "store", f"docker-archive:{archive}")
     assert (
         image.env == {"A": "1"} and (Path(image.layers[0]) / "data.bin").stat().st_size == 3 * 2**20
     )
@@ -58,7 +66,7 @@ def test_no_progress_line_off_a_terminal(tmp_path: Path, capsys: pytest.CaptureF
     monkeypatch.delenv("POMONA_PROGRESS", raising=False)
     archive = tmp_path / "image.tar"
     _docker_save(archive, 2**16)
-    asyncio.run(ImageStore(tmp_path / "store").resolve(f"docker-archive:{archive}"))
+    resolve(tmp_path / "store", f"docker-archive:{archive}")
     assert capsys.readouterr().err == ""
 
 

@@ -309,7 +309,7 @@ def timeline(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         answer = read_response(response) if isinstance(response, dict) else []
         out.append(
             {
-                **{k: _plain(call.get(k)) for k in SHOWN_COLUMNS},
+                **{k: jsonable(call.get(k)) for k in SHOWN_COLUMNS},
                 "messages": messages,
                 "answer": answer,
                 "tools": tools_offered(request),
@@ -330,6 +330,6 @@ SHOWN_COLUMNS = (*CALL_COLUMNS, "path", "requested_model")
 """The call's own columns on the page; bodies and token ids are in the raw rows."""
 
 
-def _plain(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """A JSON-ready value (timestamps as ISO 8601)."""
     return value.isoformat() if hasattr(value, "isoformat") else value

@@ -85,6 +85,7 @@ class TableIndex:
     files: dict[str, SourceFile] = field(default_factory=dict)
     _parts: list[pa.Table] = field(default_factory=list)
     _combined: pa.Table | None = None
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # refresh vs. readers
 
     def __post_init__(self) -> None:
         self.schema = EPISODES if self.table == "episodes" else CALLS
@@ -94,6 +95,10 @@ class TableIndex:
 
     def refresh(self) -> int:
         """Read what was appended since the last call; returns the number of new rows."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> int:
         names = sorted(
             [*self.directory.glob(f"{self.table}-*{SUFFIX}")],
             key=lambda p: p.name,
@@ -186,15 +191,17 @@ class TableIndex:
 
     def data(self) -> pa.Table:
         """Every indexed row: the light columns and each row's location."""
-        if self._combined is None:
-            table = pa.concat_tables(self._parts) if self._parts else self.light.empty_table()
-            self._combined = table.combine_chunks()
-            self._parts = [self._combined]
-        return self._combined
+        with self._lock:
+            if self._combined is None:
+                table = pa.concat_tables(self._parts) if self._parts else self.light.empty_table()
+                self._combined = table.combine_chunks()
+                self._parts = [self._combined]
+            return self._combined
 
     def full_rows(self, locations: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
         """Whole rows (every column the file has) at (file, offset, row) locations, in order."""
-        by_number = {s.number: s for s in self.files.values()}
+        with self._lock:
+            by_number = {s.number: s for s in self.files.values()}
         out: list[dict[str, Any]] = []
         for number, offset, row in locations:
             source = by_number[number]
@@ -218,7 +225,9 @@ class TableIndex:
         return pa.table(columns)
 
     def live_files(self) -> list[SourceFile]:
-        return [s for s in self.files.values() if s.live]
+        with self._lock:
+            files = list(self.files.values())
+        return [s for s in files if s.live]
 
 
 def _in_types(data: pa.Table, fields: list[pa.Field]) -> dict[str, Any]:

@@ -16,11 +16,8 @@ import pyarrow.compute as pc
 
 from pomona.benchmarks import leaderboard as board
 from pomona.benchmarks import metrics
-from pomona.viewer.conversation import timeline
+from pomona.viewer.conversation import jsonable, timeline
 from pomona.viewer.index import StoreIndex
-
-STATUSES = ("pass", "fail", "infra", "unscored")
-"""An episode's outcome on the pages: resolved, ran and not resolved, infra failure, no score."""
 
 LIVE_WINDOW_S = 120
 """A run counts as running while its writer is alive and it finished an episode this recently
@@ -30,16 +27,9 @@ SUMMARY_COLUMNS = ("run", "benchmark", "task", "harness", "model", "reward", "re
                    "failure_kind")  # fmt: skip
 
 
-def status_of(row: dict[str, Any]) -> str:
-    kind = row.get("failure_kind") or "none"
-    if kind != "none":
-        return "infra"
-    if row.get("reward") is None:
-        return "unscored"
-    return "pass" if row.get("resolved") else "fail"
-
-
 def _status_column(table: pa.Table) -> pa.Array:
+    """An episode's outcome on the pages: `pass` (resolved), `fail` (ran, not resolved), `infra`
+    (an infrastructure failure: no trustworthy reward) or `unscored` (ran, no reward)."""
     kind = pc.fill_null(table["failure_kind"], "none")
     infra = pc.not_equal(kind, "none")
     unscored = pc.is_null(table["reward"])
@@ -49,12 +39,8 @@ def _status_column(table: pa.Table) -> pa.Array:
     )
 
 
-def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
-
-
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: _iso(v) for k, v in row.items() if not k.startswith("_")}
+    return {k: jsonable(v) for k, v in row.items() if not k.startswith("_")}
 
 
 def episodes_table(index: StoreIndex) -> pa.Table:
@@ -97,7 +83,7 @@ def in_flight(index: StoreIndex) -> list[dict[str, Any]]:
         rows = grouped.sort_by([("ended_at_max", "descending")]).to_pylist()
         return [
             {"episode": r["episode"], "calls": r["call_id_count"],
-             "started_at": _iso(r["started_at_min"]), "last_call_at": _iso(r["ended_at_max"])}
+             "started_at": jsonable(r["started_at_min"]), "last_call_at": jsonable(r["ended_at_max"])}
             for r in rows
         ]  # fmt: skip
 
@@ -160,8 +146,8 @@ def _run_summary(run: str, group: list[dict[str, Any]], live_files: set[int], pe
         "failures": dict(failures),
         "resolve_rate": rate,
         "calls": sum(r["num_calls"] or 0 for r in group),
-        "started_at": _iso(started),
-        "last_at": _iso(last),
+        "started_at": jsonable(started),
+        "last_at": jsonable(last),
         "live": live,
     }
 
@@ -289,7 +275,16 @@ def episode_row(index: StoreIndex, key: str) -> dict[str, Any] | None:
 
 
 def call_rows(index: StoreIndex, key: str) -> list[dict[str, Any]]:
-    """The episode's calls, whole (bodies included), in the order they started."""
+    """The episode's calls, whole (bodies included), in the order they started. A file that
+    went away meanwhile (the store was compacted) means the index is stale: refresh, once."""
+    try:
+        return _call_rows(index, key)
+    except (FileNotFoundError, KeyError):
+        index.refresh(force=True)
+        return _call_rows(index, key)
+
+
+def _call_rows(index: StoreIndex, key: str) -> list[dict[str, Any]]:
     calls = index.calls.data()
     found = calls.filter(pc.equal(calls["episode"], key))
     if found.num_rows == 0:
