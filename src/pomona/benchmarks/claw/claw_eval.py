@@ -151,7 +151,9 @@ def dispatches(definition: TaskDefinition, audit: dict[str, Any]) -> list[dict[s
     tool_of = {urlsplit(e.url).path: e.tool_name for e in definition.tool_endpoints}
     calls = sorted((c for data in audit.values() for c in data.get("calls", [])),
                    key=lambda c: c.get("ts", 0))
-    return [{"tool_use_id": f"call-{i}", "tool_name": tool_of.get(c["endpoint"], c["endpoint"]),
+    # a call past the tools (curl to the service) is named by its action, so checks still see it
+    return [{"tool_use_id": f"call-{i}",
+             "tool_name": tool_of.get(c["endpoint"], c["endpoint"].rsplit("/", 1)[-1]),
              "endpoint_url": c["endpoint"], "request_body": c.get("request_body") or {},
              "response_status": int(c.get("response_status", 200)),
              "response_body": c.get("response_body")} for i, c in enumerate(calls)]
