@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -71,6 +72,24 @@ class SessionOptions:
     search_home: str = SEARCH_HOME
 
 
+class _ThreadPlaywright(threading.local):
+    """Playwright's sync API allows one instance per thread and cannot be started again in a
+    thread once stopped, so each thread keeps one driver for its lifetime (the driver is a child
+    process that exits with this one, its pipe closing)."""
+
+    instance: Any = None
+
+    def get(self) -> Any:
+        if self.instance is None:
+            from playwright.sync_api import sync_playwright
+
+            self.instance = sync_playwright().start()
+        return self.instance
+
+
+_playwright = _ThreadPlaywright()
+
+
 def _playwright_error() -> type[Exception]:
     from playwright.sync_api import Error
 
@@ -121,9 +140,7 @@ class BrowserSession:
                 self.web.install(self.sandbox)
             self.chromium = Chromium(self.sandbox, o.chromium)
             ws = self.chromium.start()
-            from playwright.sync_api import sync_playwright
-
-            self._pw = sync_playwright().start()
+            self._pw = _playwright.get()
             self._browser = self._pw.chromium.connect_over_cdp(ws, timeout=o.page_timeout * 1000)
             self.new_page()
         except PomonaError as e:
@@ -152,12 +169,9 @@ class BrowserSession:
             self._last_navigation_method = request.method
 
     def close(self) -> None:
-        for closer in (
-            lambda: self._browser and self._browser.close(),
-            lambda: self._pw and self._pw.stop(),
-        ):
-            with contextlib.suppress(Exception):
-                closer()
+        with contextlib.suppress(Exception):
+            if self._browser is not None:
+                self._browser.close()
         self._browser = self._pw = self._context = self.page = None
         if self.chromium is not None:
             self.chromium.close()
