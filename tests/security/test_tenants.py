@@ -103,3 +103,49 @@ def test_another_tenants_sandbox_is_not_there(tenant):
         assert bob.delete("/sandboxes/alice-only").json()["existed"] is False
     finally:
         alice.delete("/sandboxes/alice-only")
+
+
+@pytest.mark.parametrize("how", ["redirect", "token realm"])
+def test_an_allowed_registry_cannot_redirect_the_pull_elsewhere(tmp_path, how):
+    """A registry on the allow-list answers with a redirect (or a token realm) to another host:
+    the orchestrator must not follow it there."""
+    import asyncio
+    import http.server
+    import threading
+
+    from pomona.orchestrator.errors import ImageNotFound
+    from pomona.orchestrator.linux.images import ImageStore
+    from pomona.orchestrator.sources import ImageSources
+
+    with socket.socket() as elsewhere:
+        elsewhere.bind(("127.0.0.1", 0))
+        elsewhere.listen(8)
+        elsewhere.setblocking(False)
+        target = f"127.0.0.1:{elsewhere.getsockname()[1]}"
+
+        class Redirecting(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                if how == "token realm":
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", f'Bearer realm="http://{target}/token",service="r"')
+                else:
+                    self.send_response(302)
+                    self.send_header("Location", f"http://{target}{self.path}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        registry = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+        threading.Thread(target=registry.serve_forever, daemon=True).start()
+        try:
+            allowed = f"127.0.0.1:{registry.server_address[1]}"
+            store = ImageStore(tmp_path, sources=ImageSources.restricted(registries=[allowed]))
+            with pytest.raises(ImageNotFound):
+                asyncio.run(store.resolve(f"{allowed}/x:1"))
+        finally:
+            registry.shutdown()
+            registry.server_close()
+        with pytest.raises(BlockingIOError):
+            elsewhere.accept()  # nobody came

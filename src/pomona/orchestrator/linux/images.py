@@ -23,6 +23,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from pomona import progress
 from pomona.orchestrator.errors import ImageNotFound, InvalidRequest
 from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
 
+REGISTRY_DEADLINE = 3600.0  # one layer's download
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.oci.image.manifest.v1+json",
@@ -158,7 +160,8 @@ class ImageStore:
         last_error: Exception | None = None
         for scheme in schemes:
             try:
-                with httpx.Client(base_url=f"{scheme}://{host}/v2/", timeout=60, verify=True) as http:
+                with httpx.Client(base_url=f"{scheme}://{host}/v2/", timeout=60, verify=True,
+                                  event_hooks={"request": [self._allowed_host]}) as http:
                     return self._pull(http, ref, name, tag)
             except httpx.HTTPError as e:
                 last_error = e
@@ -185,9 +188,14 @@ class ImageStore:
             def open_blob(digest: str = layer["digest"]) -> IO[bytes]:
                 f = tempfile.TemporaryFile()
                 hasher = hashlib.sha256()
+                size, deadline = 0, time.monotonic() + REGISTRY_DEADLINE
                 with http.stream("GET", f"{name}/blobs/{digest}", follow_redirects=True) as r:
                     r.raise_for_status()
                     for chunk in r.iter_bytes():
+                        size += len(chunk)
+                        if size > self.sources.max_archive_bytes or time.monotonic() > deadline:
+                            raise InvalidRequest(f"layer {digest} is over {self.sources.max_archive_bytes} "
+                                                 f"bytes or took over {REGISTRY_DEADLINE:g} s")
                         hasher.update(chunk)
                         f.write(chunk)
                 if f"sha256:{hasher.hexdigest()}" != digest:
@@ -197,14 +205,21 @@ class ImageStore:
             self._unpack(diff_id, open_blob)
         return self._image(ref, config)
 
-    @staticmethod
-    def _token(response: httpx.Response) -> str | None:
+    def _allowed_host(self, request: httpx.Request) -> None:
+        """Every request of a pull (redirects and token realms included) goes only to an allowed
+        registry: a registry's answer must not make the orchestrator connect anywhere."""
+        host = request.url.netloc.decode()
+        if not self.sources.registry_allowed(host):
+            raise ImageNotFound(f"the registry sent the pull to {host}, which is not an allowed registry")
+
+    def _token(self, response: httpx.Response) -> str | None:
         challenge = response.headers.get("www-authenticate", "")
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if not challenge.lower().startswith("bearer") or "realm" not in params:
             return None
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
-        data = httpx.get(params["realm"], params=query, timeout=30).json()
+        with httpx.Client(timeout=30, event_hooks={"request": [self._allowed_host]}) as http:
+            data = http.get(params["realm"], params=query).json()
         return data.get("token") or data.get("access_token")
 
     @staticmethod
