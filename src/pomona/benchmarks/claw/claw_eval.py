@@ -226,7 +226,8 @@ class ClawEvalTask(Task):
         extra = {}
         if self.spec.user_agent.enabled:
             user = {"persona": self.spec.user_agent.persona, "model": self.user_model,
-                    "max_rounds": self.spec.user_agent.max_rounds}
+                    "max_rounds": self.spec.user_agent.max_rounds,
+                    "proxy": runtime.proxy_inside(sandbox)}
             if self.user_model == "scripted":
                 user["script"] = list(self.metadata.get("user_script") or ())
             extra["user.json"] = json.dumps(user).encode()

@@ -50,7 +50,16 @@ class Tool:
 def mcp_server() -> McpServer:
     """The MCP server every claw task gives a harness: the task's tools, relayed to its services."""
     return McpServer(MCP_NAME, command=(PYTHON, f"{HOME}/mcp_server.py", "--tools",
-                                        f"{HOME}/tools.json"))
+                                        f"{HOME}/tools.json", "--user", f"{HOME}/user.json"))
+
+
+def proxy_inside(sandbox: Any) -> str:
+    """The proxy's root URL as seen from inside a gateway-mode sandbox (for the simulated user)."""
+    address = getattr(sandbox.info.spec, "gateway_address", None)
+    if not address:
+        raise ValueError("a multi-turn task needs a gateway sandbox: its simulated user speaks "
+                         "through the proxy")
+    return f"http://127.0.0.1:{address[1]}"
 
 
 def _tar(files: dict[str, bytes]) -> bytes:
@@ -93,8 +102,8 @@ def start(sandbox: Any, services: list[str]) -> None:
             f"    try: urllib.request.urlopen('http://127.0.0.1:{PORT}/health', timeout=2); break\n"
             f"    except OSError: time.sleep(0.1)\n"
             f"else: raise SystemExit('the services did not start')\"")
-    result = sandbox.exec(f"cd {HOME} && (setsid {serve} > {HOME}/services.log 2>&1 < /dev/null &)"
-                          f" && {wait}", user="root", timeout=180)
+    result = sandbox.exec(f"cd {HOME} && (setsid {serve} > {HOME}/services.log 2>&1 < /dev/null &"
+                          f" echo $! > {HOME}/services.pid) && {wait}", user="root", timeout=180)
     if result.exit_code != 0:
         log = sandbox.exec(f"tail -20 {HOME}/services.log", user="root", timeout=30).stdout
         raise RuntimeError(f"the mock services did not start: {result.stderr.strip()} {log}")

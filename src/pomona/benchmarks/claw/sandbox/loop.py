@@ -1,14 +1,12 @@
 """Claw-Eval's native agent loop, Pomona's implementation: OpenAI function calling against the
-episode's proxy, the task's tools taken from MCP servers (the same relay a real harness gets),
-plus a `shell` tool, and the simulated user of multi-turn tasks. It writes Claw-Eval's trace
-JSONL (trace_start, message, tool_dispatch, trace_end) and prints the final answer as one JSON
-line {"type": "final", "text": ...}.
+episode's proxy, the task's tools taken from MCP servers (the same relay a real harness gets,
+`ask_user` included on multi-turn tasks), plus a `shell` tool. It writes Claw-Eval's trace JSONL
+(trace_start, message, tool_dispatch, trace_end) and prints the final answer as one JSON line
+{"type": "final", "text": ...}.
 
-    loop.py --base-url URL/v1 --model M --prompt TEXT --trace FILE [--mcp FILE] [--user FILE]
+    loop.py --base-url URL/v1 --model M --prompt TEXT --trace FILE [--mcp FILE]
 
---mcp: {"NAME": {"command": [argv], "env": {...}}}. --user: {"persona", "max_rounds", "model",
-"script"} (default: the task's, if it has one): the simulated user speaks through a proxy episode
-of its own, opened beside the agent's.
+--mcp: {"NAME": {"command": [argv], "env": {...}}}.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -34,12 +31,6 @@ SYSTEM = (
     "Look things up before you act, act only as the user asked, and finish with a short "
     "answer to the user that states what you found and what you did."
 )
-USER_RULES = (
-    "You play a user talking to an assistant, in the persona below. Answer its questions "
-    "briefly and truthfully from the persona. When your request is fully handled and you have "
-    "nothing more to ask, reply with exactly [DONE].\n\nPersona:\n{persona}"
-)
-USER_FILE = "/opt/pomona-claw/user.json"  # written by a multi-turn task, read-only here
 SHELL = {
     "type": "function",
     "function": {
@@ -119,46 +110,10 @@ class Tools:
         return (500 if result.is_error else 200), text, f"mcp://{server}/{tool}"
 
 
-class SimulatedUser:
-    """A model playing the user, through a proxy episode of its own."""
-
-    def __init__(self, spec: dict[str, Any]):
-        self.spec, self.rounds = spec, 0
-        body = {"model": spec["model"], "tool_less_calls": "main",
-                "metadata": {"role": "simulated-user", "of": spec.get("of", "")}}
-        if spec.get("script"):
-            body["script"] = spec["script"]
-        request = urllib.request.Request(f"{spec['proxy']}/episodes", method="POST",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as r:
-            self.client = OpenAI(base_url=json.loads(r.read())["base_url"], api_key="sk-pomona")
-
-    def reply(self, conversation: list[dict[str, Any]]) -> str | None:
-        """The user's next message, or None when the user is done. The user model sees the
-        conversation from its own side: the assistant's words as its input."""
-        messages = [{"role": "system", "content": USER_RULES.format(persona=self.spec["persona"])}]
-        for m in conversation:
-            if m["role"] == "assistant" and m.get("content"):
-                messages.append({"role": "user", "content": m["content"]})
-            elif m["role"] == "user" and len(messages) > 1:
-                messages.append({"role": "assistant", "content": m["content"]})
-        text = (self.client.chat.completions.create(model=self.spec["model"], messages=messages)
-                .choices[0].message.content or "").strip()
-        self.rounds += 1
-        return None if "[DONE]" in text or not text else text
-
-
 async def run(args: argparse.Namespace) -> str:
     trace = Trace(Path(args.trace), str(uuid.uuid4()))
     trace.write("trace_start", task_id=args.task_id, model=args.model)
     client = OpenAI(base_url=args.base_url, api_key="sk-pomona", max_retries=2)
-    user = json.loads(Path(args.user).read_text()) if Path(args.user).is_file() else None
-    if user:  # the user's episode is opened beside this one: .../e/KEY/v1 -> proxy root, KEY
-        root, _, rest = args.base_url.rpartition("/e/")
-        user.setdefault("proxy", root)
-        user.setdefault("of", rest.split("/")[0])
-    simulated = SimulatedUser(user) if user else None
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                       {"role": "user", "content": args.prompt}]
     trace.write("message", message={"role": "user", "content": blocks(messages[1])})
@@ -180,13 +135,6 @@ async def run(args: argparse.Namespace) -> str:
             trace.write("message", message={"role": "assistant", "content": blocks(message)})
             if not reply.tool_calls:
                 final = reply.content or ""
-                if simulated and simulated.rounds < int(user.get("max_rounds", 3)):
-                    said = simulated.reply(messages)
-                    if said is not None:
-                        messages.append({"role": "user", "content": said})
-                        trace.write("message", message={"role": "user",
-                                                        "content": blocks(messages[-1])})
-                        continue
                 break
             for call in message["tool_calls"]:
                 try:
@@ -201,8 +149,7 @@ async def run(args: argparse.Namespace) -> str:
                             latency_ms=round((time.monotonic() - t0) * 1000, 1))
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
                 trace.write("message", message={"role": "user", "content": blocks(messages[-1])})
-    trace.write("trace_end", total_turns=turns,
-                user_agent_rounds=simulated.rounds if simulated else 0)
+    trace.write("trace_end", total_turns=turns)
     return final
 
 
@@ -215,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task-id", default="")
     p.add_argument("--workdir", default=".")
     p.add_argument("--mcp")
-    p.add_argument("--user", default=USER_FILE, help="the simulated user, if the task has one")
     p.add_argument("--max-turns", type=int, default=30)
     args = p.parse_args(argv)
     final = asyncio.run(run(args))

@@ -10,6 +10,9 @@ class DentistGrader(AbstractGrader):
         scores = DimensionScores(robustness=self.compute_robustness(dispatches))
         created = self.get_service_actions(audit_data, "calendar", "created_events")
         booked = [e for e in created if e.get("start") == "2026-12-09T10:00"]
-        asked = any("?" in m.message.text for m in messages if m.message.role == "assistant")
+        # ask_user is called directly, or through a deferred-tool gateway (OpenClaw's tool_call)
+        asked = any(b.get("type") == "tool_use" and "ask_user" in (b.get("name", "") + str(b.get("input")))
+                    or "?" in m.message.text
+                    for m in messages if m.message.role == "assistant" for b in m.message.content)
         scores.completion = (0.5 if booked and len(created) == 1 else 0.0) + (0.5 if asked else 0.0)
         return scores
