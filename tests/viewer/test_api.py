@@ -113,6 +113,25 @@ def test_rows_written_while_the_viewer_runs_appear(tmp_path: Path, serve: Any) -
     assert api.get("/api/overview").json()["live_writers"] == []
 
 
+def test_each_message_of_an_episode_is_sent_once(tmp_path: Path, serve: Any) -> None:
+    """A conversation re-sent in full every turn reaches the page once; a call's earlier
+    messages come on demand."""
+    conversation: list[dict[str, str]] = [{"role": "system", "content": "sys"}]
+    with TrajectoryWriter(tmp_path, "calls") as w:
+        for n in range(4):
+            conversation = [*conversation, {"role": "user", "content": f"turn {n}"}]
+            w.write({**call_row("g", n), "request": json.dumps({"messages": conversation})})
+    api = serve(tmp_path)
+    calls = api.get("/api/episode", params={"key": "g"}).json()["calls"]
+    assert [c["earlier"] for c in calls] == [0, 2, 3, 4]
+    shown = [[m["parts"][0]["text"] for m in c["messages"]] for c in calls]
+    assert shown == [["sys", "turn 0"], ["turn 1"], ["turn 2"], ["turn 3"]]
+    full = api.get("/api/episode/call", params={"key": "g", "n": 3}).json()["messages"]
+    assert [m["parts"][0]["text"] for m in full] == ["sys", "turn 0", "turn 1", "turn 2", "turn 3"]
+    assert [m["new"] for m in full] == [False, False, False, False, True]
+    assert api.get("/api/episode/call", params={"key": "g", "n": 4}).status_code == 404
+
+
 def test_a_torn_tail_is_skipped_until_it_is_whole(tmp_path: Path, serve: Any) -> None:
     writer = TrajectoryWriter(tmp_path, "calls")
     writer.write(call_row("e", 0))

@@ -68,13 +68,16 @@ def test_the_episode_page_shows_the_calls_in_order(
     for i, call in enumerate(calls):
         sent = json.loads(call["request"])["messages"]
         item = items.nth(i)
-        roles = item.locator(".msg:not(.answer) > .role").all_text_contents()
-        assert roles == [{"developer": "system"}.get(m["role"], m["role"]) for m in sent]
         common = next(
             (n for n, (x, y) in enumerate(zip(sent, previous, strict=False)) if x != y),
             min(len(sent), len(previous)),
         )
         assert item.locator(".msg.new:not(.answer)").count() == len(sent) - common
+        if common:  # the messages sent again are folded, and fetched when the fold opens
+            item.locator("details > summary").click()
+            expect(item.locator("details .msg")).to_have_count(common, timeout=WAIT_MS)
+        roles = item.locator(".msg:not(.answer) > .role").all_text_contents()
+        assert roles == [{"developer": "system"}.get(m["role"], m["role"]) for m in sent]
         previous = sent
         answer = json.loads(call["response"])["choices"][0]["message"]
         if answer.get("tool_calls"):

@@ -121,6 +121,16 @@ def create_app(directory: str | os.PathLike[str], refresh_interval: float = 1.0)
         found["same_task"] = queries.same_task(index, key)
         return _json(found, index)
 
+    @app.get("/api/episode/call")
+    def call_messages(key: Annotated[str, Query(max_length=500)],
+                      n: Annotated[int, Query(ge=0)]) -> Response:  # fmt: skip
+        """Every message one call sent, the earlier ones included (the episode page folds those)."""
+        index.refresh()
+        found = queries.call_messages(index, key, n)
+        if found is None:
+            return _missing(f"episode {key!r} has no call {n}")
+        return _json({"key": key, "n": n, "messages": found}, index)
+
     @app.get("/api/episode/raw")
     def raw(key: Annotated[str, Query(max_length=500)]) -> Response:
         """The episode's rows exactly as stored: the episodes row and every calls row, whole."""
@@ -161,7 +171,10 @@ def create_app(directory: str | os.PathLike[str], refresh_interval: float = 1.0)
     @app.get("/api/leaderboard.png")
     def leaderboard_png() -> Response:
         index.refresh()
-        png = queries.leaderboard_png(index)
+        try:
+            png = queries.leaderboard_png(index)
+        except ImportError:
+            return _missing("the plot needs matplotlib (pip install 'pomona[bench]')")
         if png is None:
             return _missing("no episodes yet: nothing to plot")
         return Response(png, media_type="image/png")

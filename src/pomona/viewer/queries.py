@@ -301,7 +301,7 @@ def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
     calls = call_rows(index, key)
     if row is None and not calls:
         return None
-    items = timeline(calls)
+    items = [_only_new(item) for item in timeline(calls)]
     usage = [c.get("usage") or {} for c in items]
     return {
         "episode": row,
@@ -316,6 +316,20 @@ def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
             "errors": sum(c.get("status") != "ok" for c in items),
         },
     }
+
+
+def _only_new(call: dict[str, Any]) -> dict[str, Any]:
+    """A call with only the messages new since the previous one, and how many it sent again:
+    a long episode re-sends its whole history every turn, so sending all of it would make the
+    page grow with the square of its length. `call_messages` gives one call's earlier ones."""
+    earlier = sum(not m["new"] for m in call["messages"])
+    return {**call, "messages": [m for m in call["messages"] if m["new"]], "earlier": earlier}
+
+
+def call_messages(index: StoreIndex, key: str, n: int) -> list[dict[str, Any]] | None:
+    """Every message call `n` of the episode sent (None when it has no such call)."""
+    items = timeline(call_rows(index, key))
+    return items[n]["messages"] if 0 <= n < len(items) else None
 
 
 def same_task(index: StoreIndex, key: str, limit: int = 200) -> list[dict[str, Any]]:

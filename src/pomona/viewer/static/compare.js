@@ -11,7 +11,7 @@ function column(data, key) {
     el("h2", {}, link("/episode", { key }, name)),
     episodeFacts(ep, key),
     el("p", { class: "muted" }, `${data.totals.calls} call(s) · ${data.totals.input_tokens} tokens in, ${data.totals.output_tokens} out`),
-    timelineView(data.calls, { compact: true }));
+    timelineView(key, data.calls, { compact: true }));
 }
 
 watch(async () => {

@@ -26,7 +26,7 @@ watch(async () => {
     data.episode ? compareForm(data.same_task) : null,
     el("h2", {}, "Model calls"),
     el("p", { class: "muted" }, "Highlighted messages are new since the previous call; earlier ones fold away. Keys: j next call, k previous."),
-    timelineView(data.calls),
+    timelineView(key, data.calls),
     el("h2", {}, "Artifacts"),
     data.artifacts.length ? data.artifacts.map((a) => artifactView(key, a)) : el("p", { class: "muted" }, "No artifacts recorded."));
 });

@@ -172,11 +172,28 @@ function verdict(call) {
   return `faithfulness: ${call.token_faithful ? "faithful" : "NOT faithful"} (${call.token_faithful_reason})`;
 }
 
-export function callView(call, n, { compact = false } = {}) {
+// The messages a call sent again, fetched when their fold is first opened.
+function earlierView(key, call, n) {
+  const fold = el("details", {}, el("summary", {}, `${call.earlier} earlier message(s), as sent again`));
+  let loaded = false;
+  fold.addEventListener("toggle", async () => {
+    if (!fold.open || loaded) return;
+    loaded = true;
+    const holder = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+    fold.append(holder);
+    try {
+      const data = await api("/api/episode/call", { key, n });
+      holder.replaceChildren(...data.messages.filter((m) => !m.new).map((m) => messageView(m)));
+    } catch (e) {
+      holder.replaceChildren(el("p", { class: "error" }, e.message));
+    }
+  });
+  return fold;
+}
+
+export function callView(key, call, n, { compact = false } = {}) {
   const usage = call.usage || {};
   const statusClass = call.status === "ok" ? "pass" : "fail";
-  const old = call.messages.filter((m) => !m.new);
-  const fresh = call.messages.filter((m) => m.new);
   const heading = el("h3", { id: `call-${n}`, tabindex: "-1" }, `Call ${n + 1}${call.side ? " (side call)" : ""}`);
   return el("li", { class: call.side ? "side" : "" },
     el("div", { class: "callhead" }, heading,
@@ -187,15 +204,15 @@ export function callView(call, n, { compact = false } = {}) {
     compact ? null : el("div", { class: "meta" }, verdict(call), call.tools.length ? ` · tools offered: ${call.tools.join(", ")}` : ""),
     call.error ? el("pre", { class: "error" }, call.error) : null,
     call.request_unparsed !== null ? el("div", {}, el("span", { class: "part-label" }, "request (not JSON)"), el("pre", {}, call.request_unparsed)) : null,
-    !compact && old.length ? el("details", {}, el("summary", {}, `${old.length} earlier message(s), as sent again`), old.map((m) => messageView(m))) : null,
-    fresh.map((m) => messageView(m)),
+    !compact && call.earlier ? earlierView(key, call, n) : null,
+    call.messages.map((m) => messageView(m)),
     call.answer.map((m) => messageView(m, true)),
     call.response_unparsed ? el("div", {}, el("span", { class: "part-label" }, "response (not JSON)"), el("pre", {}, call.response_unparsed)) : null);
 }
 
-export function timelineView(calls, options = {}) {
+export function timelineView(key, calls, options = {}) {
   if (!calls.length) return el("p", { class: "muted" }, "No model calls recorded.");
-  return el("ol", { class: "timeline", "aria-label": "Model calls in order" }, calls.map((c, i) => callView(c, i, options)));
+  return el("ol", { class: "timeline", "aria-label": "Model calls in order" }, calls.map((c, i) => callView(key, c, i, options)));
 }
 
 export function artifactView(key, artifact) {
