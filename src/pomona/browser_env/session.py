@@ -221,7 +221,13 @@ class BrowserSession:
         except _playwright_error() as e:
             if not (safe and "Timeout" in type(e).__name__):
                 raise
-            self.page.reload()
+            try:
+                self.page.reload()
+            except _playwright_error() as again:
+                raise PageHung(
+                    f"the page did not load within {self.options.page_timeout:g} s, "
+                    f"nor when reloaded once: {str(again).splitlines()[0]}"
+                ) from e
 
     def settle(self) -> None:
         """Wait for the load an action may have started; reload once a GET that hangs."""
