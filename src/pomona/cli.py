@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.deploy import add_deploy_parser
     from pomona.harnesses.cli import add_harnesses_parser
     from pomona.orchestrator.gc import add_gc_parser
+    from pomona.orchestrator.images_cli import add_images_parser
     from pomona.orchestrator.server.app import add_serve_parser
     from pomona.proxy.cli import add_proxy_parser
     from pomona.run import add_run_parser
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     add_train_parser(sub)
     add_grade_parser(sub)
+    add_images_parser(sub)
     add_view_parser(sub)
     add_deploy_parser(sub)
     add_gc_parser(sub)

@@ -8,6 +8,12 @@ Sources, tried in this order for a reference:
     loopback registries, as Docker does).
 Layers are keyed by their diff id (the sha256 of the uncompressed tar), so images that share
 layers share them on disk. Whiteouts become overlayfs whiteouts and opaque directories.
+
+The cache is keyed by digest (the image's config digest, its id), never by name alone: each
+resolve asks the source what the name stands for now (the engine's image id, the registry's
+manifest, the archive's config), so a rebuilt or re-tagged image is used as soon as it exists;
+only a source that cannot be reached falls back to what the name last stood for. `cached`,
+`remove` and `prune` back `pomona images list|remove|prune`.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ class Image:
     ref: str
     layers: list[str]  # overlay lowerdirs, topmost first
     env: dict[str, str] = field(default_factory=dict)
+    digest: str = ""  # sha256 of the image config: the image id
+
+
+def _config_digest(raw: bytes) -> str:
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 def _env(config: dict) -> dict[str, str]:
@@ -65,20 +76,104 @@ class ImageStore:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def resolve(self, ref: str) -> Image:
-        """The image's layers, unpacking and fetching it on first use."""
+        """The image the reference stands for now: from the cache when its digest is there,
+        else fetched and unpacked."""
         self.sources.check(ref)
-        index = self.root / "refs" / (hashlib.sha256(ref.encode()).hexdigest() + ".json")
-        if index.exists():
-            return Image(**json.loads(index.read_text()))
         async with self._locks.setdefault(ref, asyncio.Lock()):
-            if index.exists():
-                return Image(**json.loads(index.read_text()))
-            image = await asyncio.to_thread(self._fetch, ref)
-            index.parent.mkdir(parents=True, exist_ok=True)
-            tmp = index.with_suffix(".tmp")
-            tmp.write_text(json.dumps(image.__dict__))
-            tmp.replace(index)
+            known = self._read(self._ref_index(ref))
+            digest = await asyncio.to_thread(self._current_digest, ref)
+            digest = digest or (known or {}).get("digest")
+            cached = self._read(self._digest_record(digest)) if digest else None
+            if cached is not None:
+                image = Image(**{**cached, "ref": ref})
+            else:
+                image = await asyncio.to_thread(self._fetch, ref)
+                self._write(self._digest_record(image.digest), image.__dict__)
+            self._write(self._ref_index(ref), {"ref": ref, "digest": image.digest,
+                                               "used_at": time.time()})
             return image
+
+    # -- the cache ------------------------------------------------------------------------------
+
+    def _ref_index(self, ref: str) -> Path:
+        return self.root / "refs" / (hashlib.sha256(ref.encode()).hexdigest() + ".json")
+
+    def _digest_record(self, digest: str) -> Path:
+        return self.root / "digests" / (digest.split(":")[-1] + ".json")
+
+    @staticmethod
+    def _read(path: Path) -> dict | None:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and data.get("digest") else None
+
+    @staticmethod
+    def _write(path: Path, data: dict) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+
+    def _current_digest(self, ref: str) -> str | None:
+        """What the reference stands for at its source right now; None if the source cannot
+        be asked (then the cache's last answer stands)."""
+        try:
+            if archive_path(ref) is not None:
+                with os.fdopen(self.sources.open_archive(ref), "rb") as f, tarfile.open(fileobj=f) as tar:
+                    return _config_digest(self._archive_config(ref, tar)[1])
+            engine = self._engine_image(ref)
+            if engine is not None:
+                return engine.id
+            return self._registry_digest(ref)
+        except (ImageNotFound, InvalidRequest, OSError, tarfile.TarError, KeyError, ValueError,
+                httpx.HTTPError):
+            return None
+
+    def cached(self) -> list[dict]:
+        """Every name in the cache: ref, digest, layers, bytes on disk, last use."""
+        out = []
+        for index in sorted((self.root / "refs").glob("*.json")):
+            entry = self._read(index)
+            record = self._read(self._digest_record(entry["digest"])) if entry else None
+            if entry is None or record is None:
+                continue
+            size = sum(_tree_bytes(Path(layer)) for layer in record["layers"])
+            out.append({"ref": entry["ref"], "digest": entry["digest"],
+                        "layers": len(record["layers"]), "bytes": size,
+                        "used_at": entry.get("used_at")})
+        return out
+
+    def remove(self, ref: str) -> bool:
+        """Forget a name (its layers go at the next prune, unless another name uses them)."""
+        index = self._ref_index(ref)
+        if not index.exists():
+            return False
+        index.unlink()
+        return True
+
+    def prune(self, in_use: set[str]) -> dict[str, int]:
+        """Delete digests no name points to, and layers that no remaining digest and nothing in
+        `in_use` (the lower directories of live sandboxes and snapshots) stack."""
+        named = {e["digest"] for i in (self.root / "refs").glob("*.json") if (e := self._read(i))}
+        kept: set[str] = set(in_use)
+        digests = 0
+        for path in (self.root / "digests").glob("*.json"):
+            record = self._read(path)
+            if record is None or record["digest"] not in named:
+                path.unlink(missing_ok=True)
+                digests += 1
+            else:
+                kept.update(record["layers"])
+        layers = freed = 0
+        for layer in (self.root / "layers").glob("*"):
+            if str(layer) in kept or layer.name.startswith(".unpack-"):
+                continue
+            freed += _tree_bytes(layer)
+            shutil.rmtree(layer, ignore_errors=True)
+            layers += 1
+        return {"digests": digests, "layers": layers, "bytes": freed}
 
     def _fetch(self, ref: str) -> Image:
         if archive_path(ref) is not None:
@@ -101,7 +196,8 @@ class ImageStore:
 
     # -- sources ------------------------------------------------------------------------------
 
-    def _from_archive(self, ref: str, tar: tarfile.TarFile) -> Image:
+    def _archive_config(self, ref: str, tar: tarfile.TarFile) -> tuple[list[str], bytes]:
+        """The layer member names and the raw config of a `docker save` or OCI layout archive."""
         def member(name: str) -> IO[bytes]:
             f = tar.extractfile(name.lstrip("./") if name.startswith("./") else name)
             if f is None:
@@ -111,20 +207,42 @@ class ImageStore:
         names = set(tar.getnames())
         if "manifest.json" in names:  # docker save
             manifest = json.load(member("manifest.json"))[0]
-            config = json.load(member(manifest["Config"]))
-            layer_files = manifest["Layers"]
-        elif "index.json" in names:  # OCI image layout
+            return manifest["Layers"], member(manifest["Config"]).read()
+        if "index.json" in names:  # OCI image layout
             index = json.load(member("index.json"))
             desc = self._pick(index["manifests"], lambda d: json.load(member(_blob(d))))
             manifest = json.load(member(_blob(desc)))
-            config = json.load(member(_blob(manifest["config"])))
-            layer_files = [_blob(layer) for layer in manifest["layers"]]
-        else:
-            raise InvalidRequest(f"{ref}: neither a docker save archive nor an OCI image layout")
+            return ([_blob(layer) for layer in manifest["layers"]],
+                    member(_blob(manifest["config"])).read())
+        raise InvalidRequest(f"{ref}: neither a docker save archive nor an OCI image layout")
+
+    def _from_archive(self, ref: str, tar: tarfile.TarFile) -> Image:
+        layer_files, raw = self._archive_config(ref, tar)
+        config = json.loads(raw)
         diff_ids = config["rootfs"]["diff_ids"]
         for diff_id, name in zip(diff_ids, layer_files, strict=True):
-            self._unpack(diff_id, lambda name=name: member(name))
-        return self._image(ref, config)
+            def open_layer(name: str = name) -> IO[bytes]:
+                f = tar.extractfile(name.lstrip("./") if name.startswith("./") else name)
+                if f is None:
+                    raise InvalidRequest(f"image archive lacks {name}")
+                return f
+            self._unpack(diff_id, open_layer)
+        return self._image(ref, config, _config_digest(raw))
+
+    def _engine_image(self, ref: str):
+        """The engine's image object for `ref`, or None when there is no engine or no image."""
+        try:
+            import docker
+            from docker.errors import DockerException
+        except ImportError:
+            return None
+        try:
+            client = docker.DockerClient(base_url=self.docker_url) if self.docker_url else docker.from_env()
+            return client.images.get(ref)
+        except DockerException:
+            return None
+        except Exception:  # noqa: BLE001 - the SDK's own errors for odd names are plain Exceptions
+            return None
 
     def _from_engine(self, ref: str) -> Image:
         try:
@@ -150,6 +268,14 @@ class ImageStore:
                 return self._from_archive(ref, tar)
 
     def _from_registry(self, ref: str) -> Image:
+        return self._with_registry(ref, self._pull)
+
+    def _registry_digest(self, ref: str) -> str:
+        """The config digest a registry's manifest names for `ref` now (no layer is fetched)."""
+        return self._with_registry(ref, lambda http, ref, name, tag: self._manifest(
+            http, name, tag)["config"]["digest"])
+
+    def _with_registry(self, ref: str, call):
         host = registry_host(ref)
         if host is None:
             raise ImageNotFound(f"{ref!r} names no registry host (write e.g. localhost:5000/name:tag)")
@@ -162,28 +288,32 @@ class ImageStore:
             try:
                 with httpx.Client(base_url=f"{scheme}://{host}/v2/", timeout=60, verify=True,
                                   event_hooks={"request": [self._allowed_host]}) as http:
-                    return self._pull(http, ref, name, tag)
+                    return call(http, ref, name, tag)
             except httpx.HTTPError as e:
                 last_error = e
         raise ImageNotFound(f"registry {host} unreachable: {last_error}")
 
-    def _pull(self, http: httpx.Client, ref: str, name: str, tag: str) -> Image:
-        def get(path: str, accept: str | None = None) -> httpx.Response:
-            headers = {"Accept": accept} if accept else {}
+    def _get(self, http: httpx.Client, path: str, accept: str | None = None) -> httpx.Response:
+        headers = {"Accept": accept} if accept else {}
+        response = http.get(path, headers=headers, follow_redirects=True)
+        if response.status_code == 401 and (token := self._token(response)):
+            http.headers["Authorization"] = f"Bearer {token}"
             response = http.get(path, headers=headers, follow_redirects=True)
-            if response.status_code == 401 and (token := self._token(response)):
-                http.headers["Authorization"] = f"Bearer {token}"
-                response = http.get(path, headers=headers, follow_redirects=True)
-            if response.status_code == 404:
-                raise ImageNotFound(f"registry has no {path}")
-            response.raise_for_status()
-            return response
+        if response.status_code == 404:
+            raise ImageNotFound(f"registry has no {path}")
+        response.raise_for_status()
+        return response
 
-        manifest = get(f"{name}/manifests/{tag}", MANIFEST_TYPES).json()
+    def _manifest(self, http: httpx.Client, name: str, tag: str) -> dict:
+        manifest = self._get(http, f"{name}/manifests/{tag}", MANIFEST_TYPES).json()
         if "manifests" in manifest:
             desc = self._pick(manifest["manifests"], None)
-            manifest = get(f"{name}/manifests/{desc['digest']}", MANIFEST_TYPES).json()
-        config = get(f"{name}/blobs/{manifest['config']['digest']}").json()
+            manifest = self._get(http, f"{name}/manifests/{desc['digest']}", MANIFEST_TYPES).json()
+        return manifest
+
+    def _pull(self, http: httpx.Client, ref: str, name: str, tag: str) -> Image:
+        manifest = self._manifest(http, name, tag)
+        config = self._get(http, f"{name}/blobs/{manifest['config']['digest']}").json()
         for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"], strict=True):
             def open_blob(digest: str = layer["digest"]) -> IO[bytes]:
                 f = tempfile.TemporaryFile()
@@ -203,7 +333,7 @@ class ImageStore:
                 f.seek(0)
                 return f
             self._unpack(diff_id, open_blob)
-        return self._image(ref, config)
+        return self._image(ref, config, manifest["config"]["digest"])
 
     def _allowed_host(self, request: httpx.Request) -> None:
         """Every request of a pull (redirects and token realms included) goes only to an allowed
@@ -232,9 +362,9 @@ class ImageStore:
 
     # -- layers -------------------------------------------------------------------------------
 
-    def _image(self, ref: str, config: dict) -> Image:
+    def _image(self, ref: str, config: dict, digest: str) -> Image:
         layers = [str(self._layer_dir(d)) for d in reversed(config["rootfs"]["diff_ids"])]
-        return Image(ref=ref, layers=layers, env=_env(config))
+        return Image(ref=ref, layers=layers, env=_env(config), digest=digest)
 
     def _layer_dir(self, diff_id: str) -> Path:
         return self.root / "layers" / diff_id.split(":")[-1]
@@ -253,6 +383,17 @@ class ImageStore:
                 staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under `path` (walked without following links)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(root, name))
+                total += st.st_size if not os.path.islink(os.path.join(root, name)) else 0
+    return total
 
 
 def _blob(desc: dict) -> str:
