@@ -69,10 +69,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INIT_BINARY = "/bin/busybox"  # static (Debian's busybox-static): runs in any image as the idle pid 2
 INIT_PATH = "/dev/.pomona/busybox"  # where it appears inside (bwrap's private /dev, not the image)
 GATE = 'read -r _ <&{fd} && exec {fd}<&- "$0" "$@"'  # exits, running nothing, if the orchestrator died
-# The first thing an exec runs inside: close the namespace fds nsenter entered through, go to
-# the command's directory, run it. $0 is the directory, $1 the fds to close.
-INNER = 'for f in $1; do eval "exec $f<&-"; done; cd -- "$0" && shift && exec "$@"'
-NAMESPACES = (("U", "user"), ("m", "mnt"), ("u", "uts"), ("i", "ipc"), ("n", "net"), ("p", "pid"))
+NAMESPACES = ("user", "mnt", "uts", "ipc", "net", "pid")  # in the order pomona-enter takes them
 # What the "host" image hides: private and mutable places of the host. Opaque directories in a
 # shared mask layer; whiteouts for single files.
 HOST_MASK_DIRS = ("root", "home", "tmp", "var/tmp", "run", "mnt", "media", "srv", "var/lib/docker",
@@ -626,13 +623,13 @@ class LocalRuntime:
                terminal: int | None = None) -> subprocess.Popen:
         """Start a command inside the sandbox: its namespaces (entered through files opened and
         checked against the held pidfd), its cgroup, its seccomp filter, its own process group.
-        Everything on the way in is the static busybox: cheap to exec, the same on every host."""
+        Everything on the way in is static (busybox, pomona-enter): cheap to exec, any host."""
         live = self._get(sandbox_id)
         spec = SandboxSpec.model_validate(live.record.spec)
         user = request.user or spec.user
         cwd = normalize(request.cwd or spec.workdir)
         # in `full` mode the sandbox shares the host's network namespace: nothing to enter there
-        names = tuple(ns for _, ns in NAMESPACES if ns != "net" or spec.network != NetworkMode.full)
+        names = tuple(ns for ns in NAMESPACES if ns != "net" or spec.network != NetworkMode.full)
         if isinstance(request.command, str):
             command = [live.record.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
@@ -641,16 +638,12 @@ class LocalRuntime:
         env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home, "USER": user,
                "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
                **request.env}
-        with self._namespaces(live, (*names, "root", "cwd")) as fds:
-            # The loader sets no_new_privs (setuid binaries in the image grant nothing) and the
-            # filter. -w is the idle process's cwd (never the gate's host cwd); INNER then goes to
-            # the command's own directory.
-            argv = [seccomp.loader(), str(seccomp.shared_fd()), INIT_BINARY, "nsenter",
-                    *(f"-{flag}/proc/self/fd/{fds[ns]}" for flag, ns in NAMESPACES if ns in fds),
-                    f"-r/proc/self/fd/{fds['root']}", f"-w/proc/self/fd/{fds['cwd']}"]
-            if user != "root":
-                argv += ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
-            argv += ["--", INIT_PATH, "sh", "-c", INNER, cwd, " ".join(map(str, fds.values())), *command]
+        ids = ["-", "-"] if user == "root" else [str(SANDBOX_UID), str(SANDBOX_UID)]
+        with self._namespaces(live, (*names, "root")) as fds:
+            # pomona-enter (linux/seccomp_exec.c): the namespaces, the root, no_new_privs (setuid
+            # binaries in the image grant nothing), the filter, the user, the directory, the command
+            argv = [seccomp.loader(), str(seccomp.shared_fd()), *(str(fds.get(ns, "-")) for ns in NAMESPACES),
+                    str(fds["root"]), *ids, cwd, *command]
             try:
                 return self._start(live, argv, env, tuple(fds.values()), request.stdin is not None, terminal)
             except (subprocess.SubprocessError, OSError) as e:
