@@ -130,6 +130,14 @@ class _Live:
             os.close(self.pidfd)
             self.pidfd = None
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def remove_directory(directory: Path) -> None:
     """Delete a sandbox's directory however deep its tree (never across a mount still there)."""
     with contextlib.suppress(OSError, PomonaError):
@@ -490,6 +498,8 @@ class LocalRuntime:
             pidfd = os.pidfd_open(record.idle_pid)
         except OSError:
             return False
+        if not record.idle_start and _parent(record.idle_pid) == record.init_pid:
+            record.idle_start = start_time(record.idle_pid)  # a record from before idle_start existed
         if not alive(record.idle_pid, record.idle_start) or not alive(record.init_pid, record.init_start):
             os.close(pidfd)  # the pid was recycled before we held it: not our process
             return False
