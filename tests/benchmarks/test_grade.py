@@ -367,3 +367,9 @@ def test_pomona_run_on_the_official_layout(
     assert json.loads(preds)["model_name_or_path"] == f"{harness}/oracle"
     (row,) = trajectories.read(runs, "episodes").to_pylist()
     assert (row["benchmark"], row["harness"], row["model"]) == (label, harness, "oracle")
+
+
+def test_an_instances_own_agent_timeout_is_the_tasks() -> None:
+    task = swebench.to_task({**LOCAL[IID], swebench.AGENT_TIMEOUT: 42})
+    assert task.agent_timeout(600) == 42.0
+    assert swebench.to_task(LOCAL[IID]).agent_timeout(600) == 600.0
