@@ -307,7 +307,11 @@ class StandIn:
         reader = asyncio.create_task(inbound())
         await finished.wait()
         reader.cancel()
-        code = (await asyncio.to_thread(self.api.exec_inspect, exec_id))["ExitCode"]
+        while (info := await asyncio.to_thread(self.api.exec_inspect, exec_id))["Running"]:
+            await asyncio.sleep(
+                0.01
+            )  # the engine ends the stream a moment before it records the exit
+        code = info["ExitCode"]
         status = (
             {"metadata": {}, "status": "Success"}
             if code == 0

@@ -11,7 +11,7 @@ command's stdout has closed it. The gate fixes each:
   its pid is written to a root-only run directory, so a second exec (`KILL`) can SIGKILL the
   whole group, never the sandbox's idle process;
 - it drops to the sandbox user (`nsenter -S -G`: setgroups([]), setgid, setuid; every
-  capability goes) unless the exec asked for root or the pod already runs as that user;
+  capability goes) unless the caller passes no uid (the pod already runs as that user);
 - stdin is length-prefixed by the caller (`head -c N`), so EOF needs no protocol support;
 - output goes through FIFOs read by two `cat`s; once the command exits they get DRAIN seconds,
   then are killed, so `cmd &` holding stdout open never hangs the exec.
@@ -26,11 +26,12 @@ RUN_DIR = "/opt/pomona/run"  # tmpfs: one pid file and two FIFOs per running exe
 BUSYBOX = f"{GATE_DIR}/busybox"
 DRAIN = "0.25"  # seconds a background child may keep the command's output open after it exits
 
-# $0 is the busybox path; then: exec id, uid, cwd, stdin length ("-": none), command argv
+# $0 is the busybox path; then: exec id, uid to become ("": stay), cwd, stdin length ("-": none),
+# command argv
 EXEC = r"""B=$0 R=__RUN__ id=$1 uid=$2 cwd=$3 nin=$4
 shift 4
 f=$R/x/$id
-as=""; [ "$uid" = "$($B id -u)" ] || as="$B nsenter -F -S $uid -G $uid"
+as=""; [ -z "$uid" ] || as="$B nsenter -F -S $uid -G $uid"
 $B mkfifo -m 600 "$f.o" "$f.e" || exit 125
 exec 3<&0
 $B cat "$f.o" & o=$!
@@ -53,21 +54,21 @@ $B rm -f "$f" "$f.o" "$f.e"
 exit "$c"
 """.replace("__RUN__", RUN_DIR).replace("__DRAIN__", DRAIN)
 
-# $0 busybox, $1 exec id, $2 signal, $3 the command's uid: signal the exec's process group (the pid
+# $0 busybox, $1 exec id, $2 signal, $3 the command's uid ("": ours): signal the exec's process group (the pid
 # itself if setsid had not run yet), as the command's own user (root holds no CAP_KILL).
 SIGNAL = r"""f=__RUN__/x/$1
 [ -f "$f" ] || exit 0
 p=$($0 cat "$f") || exit 0
-as=""; [ "$3" = "$($0 id -u)" ] || as="$0 nsenter -F -S $3 -G $3"
+as=""; [ -z "$3" ] || as="$0 nsenter -F -S $3 -G $3"
 exec $as $0 sh -c 'kill -"$0" -"$1" 2>/dev/null || kill -"$0" "$1" 2>/dev/null; exit 0' "$2" "$p"
 """.replace("__RUN__", RUN_DIR)
 
 # A terminal exec: the container runtime makes a tty exec its session's leader, so its pid is
-# the group to signal. $0 busybox, then exec id, uid, cwd, rows, cols, command argv.
+# the group to signal. $0 busybox, then exec id, uid ("": stay), cwd, rows, cols, command argv.
 PTY = r"""echo "$$" > __RUN__/x/$1
 uid=$2 cwd=$3 rows=$4 cols=$5
 shift 5
-as=""; [ "$uid" = "$($0 id -u)" ] || as="$0 nsenter -F -S $uid -G $uid"
+as=""; [ -z "$uid" ] || as="$0 nsenter -F -S $uid -G $uid"
 exec $as $0 sh -c 'cd -- "$1" || exit 1; "$0" stty rows "$2" cols "$3" 2>/dev/null; shift 3; exec "$@"' $0 "$cwd" "$rows" "$cols" "$@"
 """.replace("__RUN__", RUN_DIR)
 
@@ -87,7 +88,7 @@ def forwarder(busybox: str, port: int, host: str, target_port: int) -> list[str]
 
 def exec_argv(
     exec_id: str,
-    uid: int,
+    uid: int | None,
     cwd: str,
     stdin_length: int | None,
     argv: list[str],
@@ -96,18 +97,38 @@ def exec_argv(
 ) -> list[str]:
     """The argv an exec through the API server runs: the gate, then the command."""
     nin = "-" if stdin_length is None else str(stdin_length)
-    return [busybox, "sh", "-c", script, busybox, exec_id, str(uid), cwd, nin, *argv]
+    return [
+        busybox,
+        "sh",
+        "-c",
+        script,
+        busybox,
+        exec_id,
+        "" if uid is None else str(uid),
+        cwd,
+        nin,
+        *argv,
+    ]
 
 
 def signal_argv(
-    exec_id: str, signum: int, uid: int, busybox: str = BUSYBOX, script: str = SIGNAL
+    exec_id: str, signum: int, uid: int | None, busybox: str = BUSYBOX, script: str = SIGNAL
 ) -> list[str]:
-    return [busybox, "sh", "-c", script, busybox, exec_id, str(signum), str(uid)]
+    return [
+        busybox,
+        "sh",
+        "-c",
+        script,
+        busybox,
+        exec_id,
+        str(signum),
+        "" if uid is None else str(uid),
+    ]
 
 
 def pty_argv(
     exec_id: str,
-    uid: int,
+    uid: int | None,
     cwd: str,
     rows: int,
     cols: int,
@@ -122,7 +143,7 @@ def pty_argv(
         script,
         busybox,
         exec_id,
-        str(uid),
+        "" if uid is None else str(uid),
         cwd,
         str(rows),
         str(cols),

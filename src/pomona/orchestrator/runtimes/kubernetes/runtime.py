@@ -592,7 +592,12 @@ class KubernetesRuntime:
             )
         return user
 
-    def _signaller(self, live: _Live, exec_id: str, uid: int) -> Callable[[int], Any]:
+    def _switch(self, user: str) -> int | None:
+        """The uid the gate must become for `user`; None when the pod already runs as it."""
+        uid = 0 if user == "root" else SANDBOX_UID
+        return None if uid == (0 if self.settings.allow_root else SANDBOX_UID) else uid
+
+    def _signaller(self, live: _Live, exec_id: str, uid: int | None) -> Callable[[int], Any]:
         async def send(signum: int) -> None:
             await self._helper(live, gate.signal_argv(exec_id, signum, uid)[1:], raw=True)
 
@@ -603,7 +608,7 @@ class KubernetesRuntime:
     ) -> AsyncIterator[ExecChunk | ExecResult]:
         live = self._get(sandbox_id)
         user = self._user(live, request)
-        exec_id, uid = secrets.token_hex(8), 0 if user == "root" else SANDBOX_UID
+        exec_id, uid = secrets.token_hex(8), self._switch(user)
         data = request.stdin.encode() if request.stdin is not None else None
         argv = gate.exec_argv(
             exec_id,
@@ -625,7 +630,7 @@ class KubernetesRuntime:
     ) -> PodPty:
         live = self._get(sandbox_id)
         user = self._user(live, request)
-        exec_id, uid = secrets.token_hex(8), 0 if user == "root" else SANDBOX_UID
+        exec_id, uid = secrets.token_hex(8), self._switch(user)
         argv = gate.pty_argv(
             exec_id,
             uid,
@@ -654,13 +659,12 @@ class KubernetesRuntime:
     ) -> KubernetesRuntime._Done:
         """A file or housekeeping command as root (as the sandbox user when root is not allowed),
         through the gate's busybox: binary-safe output, whole."""
-        uid = 0 if self.settings.allow_root else SANDBOX_UID
         argv = (
             [gate.BUSYBOX, *argv]
             if raw
             else gate.exec_argv(
                 secrets.token_hex(8),
-                uid,
+                None,
                 "/",
                 None if stdin is None else len(stdin),
                 [gate.BUSYBOX, *argv],
