@@ -40,7 +40,7 @@ from pomona.orchestrator.linux.cgroups import Cgroup, preexec_joiner, remove_gro
 from pomona.orchestrator.linux.images import Image, ImageStore
 from pomona.orchestrator.linux.netns import Gateway, open_connection_in
 from pomona.orchestrator.linux.safefs import SandboxFS, normalize, remove_tree
-from pomona.orchestrator.linux.statedirs import hidden_places, register
+from pomona.orchestrator.linux.statedirs import REGISTRY, hidden_places, register
 from pomona.orchestrator.linux.syscalls import (
     alive,
     bind_readonly,
@@ -284,7 +284,8 @@ class LocalRuntime:
         """The layer that hides the host's private places, every registered state directory
         included; one per distinct set of hidden places, so a state dir made later is hidden too."""
         hidden = hidden_places(HOST_MASK_DIRS, self.root)
-        mask = self.state / "masks" / ("host-" + hashlib.sha256("\n".join(hidden).encode()).hexdigest()[:16])
+        key = "\n".join([*hidden, "", *HOST_MASK_FILES, str(REGISTRY)])
+        mask = self.state / "masks" / ("host-" + hashlib.sha256(key.encode()).hexdigest()[:16])
         if (mask / ".complete").exists():
             return mask
         shutil.rmtree(mask, ignore_errors=True)
@@ -293,7 +294,7 @@ class LocalRuntime:
             d = mask / rel
             d.mkdir(parents=True, exist_ok=True)
             os.setxattr(d, "trusted.overlay.opaque", b"y")
-        for rel in HOST_MASK_FILES:
+        for rel in (*HOST_MASK_FILES, str(REGISTRY.relative_to("/"))):  # the registry names them all
             (mask / rel).parent.mkdir(parents=True, exist_ok=True)
             os.mknod(mask / rel, 0o600 | 0o020000, os.makedev(0, 0))
         (mask / "tmp").chmod(0o1777)
