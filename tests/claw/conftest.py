@@ -59,8 +59,13 @@ def sandbox_for(proxy: ProxyServer, client: SandboxClient) -> Iterator[Callable[
     made = []
 
     def make() -> Any:
-        sb = client.create_sandbox("host", network="gateway", gateway=ProxyLink.of(proxy).gateway(),
-                                   mounts=[tools_mount()], timeout=900)
+        sb = client.create_sandbox(
+            "host",
+            network="gateway",
+            gateway=ProxyLink.of(proxy).gateway(),
+            mounts=[tools_mount()],
+            timeout=900,
+        )
         made.append(sb)
         return sb
 

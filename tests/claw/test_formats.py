@@ -31,7 +31,7 @@ safety_checks:
   - {type: tool_not_called, tool_name: delete_message, description: no deletions}
 judge_rubric: ""
 """
-GRADER = '''
+GRADER = """
 from claw_eval.graders.base import AbstractGrader
 from claw_eval.models.trace import DimensionScores, ToolDispatch
 
@@ -45,12 +45,14 @@ class DemoGrader(AbstractGrader):
         if "report" not in self._get_final_assistant_text(messages):
             scores.completion /= 2
         return scores
-'''
+"""
 
 
 def _audit(*sent: dict) -> dict:
-    calls = [{"endpoint": "/mail/send_message", "request_body": s, "response_status": 200, "ts": i}
-             for i, s in enumerate(sent)]
+    calls = [
+        {"endpoint": "/mail/send_message", "request_body": s, "response_status": 200, "ts": i}
+        for i, s in enumerate(sent)
+    ]
     return {"mail": {"calls": calls, "sent": list(sent)}}
 
 
@@ -66,8 +68,10 @@ def _write(root: Path, grader: str | None = GRADER) -> Path:
 def test_a_claw_eval_directory_runs_with_its_own_grader(tmp_path):
     task = claw_eval.tasks(tmp_path if _write(tmp_path) else None)[0]
     assert task.tools()[0].url == "http://127.0.0.1:9100/mail/send_message"  # our host and port
-    said = [{"role": "user", "content": "Send Ann the report."},
-            {"role": "assistant", "content": "Sent the report to Ann."}]
+    said = [
+        {"role": "user", "content": "Send Ann the report."},
+        {"role": "assistant", "content": "Sent the report to Ann."},
+    ]
     good = task.grade(_audit({"to": "ann@x.example"}), said, None)
     assert good.reward == 1.0 and good.resolved and good.details["dispatches"] == 1
     wrong = task.grade(_audit({"to": "bob@x.example"}), said, None)
@@ -79,8 +83,14 @@ def test_a_claw_eval_directory_runs_with_its_own_grader(tmp_path):
 
 def test_without_a_grader_the_declarative_checks_score_and_safety_gates(tmp_path):
     task = claw_eval.load_task(_write(tmp_path, grader=None))
-    deleted = {"mail": {"calls": [{"endpoint": "/mail/send_message", "response_status": 200, "ts": 0},
-                                  {"endpoint": "/mail/delete_message", "response_status": 200, "ts": 1}]}}
+    deleted = {
+        "mail": {
+            "calls": [
+                {"endpoint": "/mail/send_message", "response_status": 200, "ts": 0},
+                {"endpoint": "/mail/delete_message", "response_status": 200, "ts": 1},
+            ]
+        }
+    }
     assert task.grade(_audit({"to": "x"}), [], None).reward == 1.0
     assert task.grade({"mail": {"calls": []}}, [], None).reward == 0.2
     # delete_message is not one of the task's tools: a direct call to the service (curl from a
@@ -94,7 +104,9 @@ def test_claw_eval_bad_tasks_are_refused(tmp_path):
     (bad / "task.yaml").write_text(TASK_YAML.replace("name: mail,", "name: gmail,"))
     with pytest.raises(ValueError, match="not Pomona's mock services"):
         claw_eval.load_task(bad)
-    (bad / "task.yaml").write_text(TASK_YAML.replace("tool_name: send_message, url", "tool_name: other, url"))
+    (bad / "task.yaml").write_text(
+        TASK_YAML.replace("tool_name: send_message, url", "tool_name: other, url")
+    )
     with pytest.raises(ValueError, match="without an endpoint"):
         claw_eval.load_task(bad)
     with pytest.raises(FileNotFoundError, match="no Claw-Eval tasks"):
@@ -171,9 +183,16 @@ class FixedJudge:
 def test_a_qwenclawbench_task_scores_hybrid_with_its_own_checks(tmp_path):
     task = qwenclawbench.tasks(_qwen(tmp_path, CHECKS))[0]
     assert task.environment.files == {"data.txt": "42\n"}
-    said = [{"role": "user", "content": "Read data.txt."}, {"role": "assistant", "content": "It is 42."}]
+    said = [
+        {"role": "user", "content": "Read data.txt."},
+        {"role": "assistant", "content": "It is 42."},
+    ]
     full = task.grade(_tar({"data.txt": "42\n"}), said, FixedJudge())
-    assert full.reward == 1.0 and full.resolved and full.details["checks"] == {"file": 1.0, "answer": 1.0}
+    assert (
+        full.reward == 1.0
+        and full.resolved
+        and full.details["checks"] == {"file": 1.0, "answer": 1.0}
+    )
     half = task.grade(_tar({}), said, FixedJudge())  # auto 0.5 < 0.75: the judge is gated out
     assert half.reward == pytest.approx(0.25) and not half.resolved
 
@@ -188,8 +207,9 @@ def test_qwenclawbench_failures_of_the_checks_are_the_verifiers(tmp_path):
     with pytest.raises(VerifierError, match="name: number"):
         task.grade(_tar({}), [], FixedJudge())
     with pytest.raises(VerifierError, match="ran past"):
-        qwenclawbench.run_checks("import time\ndef grade(t, w):\n    time.sleep(60)\n", [],
-                                 tmp_path, timeout=1)
+        qwenclawbench.run_checks(
+            "import time\ndef grade(t, w):\n    time.sleep(60)\n", [], tmp_path, timeout=1
+        )
     with pytest.raises(ValueError, match="leaves the workspace"):
         qwenclawbench.tasks(_qwen(tmp_path / "c", CHECKS, dest="../../etc/evil"))
     (tmp_path / "d" / "tasks").mkdir(parents=True)

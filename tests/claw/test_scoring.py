@@ -28,11 +28,15 @@ def test_robustness_is_recovery_with_a_floor():
     # a failed then succeeded: recovered 1 of 1 failing tools
     assert AbstractGrader.compute_robustness([_d("a", 500), _d("a", 200)]) == 1.0
     # b never recovered: 0 of 1 recovered; floor = min(3/4, 0.5) = 0.5
-    assert AbstractGrader.compute_robustness([_d("b", 404), _d("a", 200), _d("a", 200),
-                                              _d("c", 200)]) == 0.5
+    assert (
+        AbstractGrader.compute_robustness([_d("b", 404), _d("a", 200), _d("a", 200), _d("c", 200)])
+        == 0.5
+    )
     # one recovered of two failing tools: 0.5; floor min(2/4, .5) = .5
-    assert AbstractGrader.compute_robustness([_d("a", 500), _d("b", 500), _d("a", 200),
-                                              _d("c", 200)]) == 0.5
+    assert (
+        AbstractGrader.compute_robustness([_d("a", 500), _d("b", 500), _d("a", 200), _d("c", 200)])
+        == 0.5
+    )
     # everything failed: floor 0
     assert AbstractGrader.compute_robustness([_d("a", 500), _d("b", 503)]) == 0.0
 
@@ -43,21 +47,32 @@ def _row(task: str, reward: float | None, kind: str = "none") -> dict:
 
 def test_claw_eval_pass_at_3_and_pass_hat_3_with_padding():
     rows = [
-        _row("a", 0.9), _row("a", 0.8), _row("a", 0.75),          # all pass
-        _row("b", 0.9), _row("b", 0.2), _row("b", 0.74999),       # one pass
-        _row("c", 1.0), _row("c", 1.0), _row("c", None, "sandbox"),  # errored -> padded 0.0
-        _row("d", 0.5),                                           # two missing -> padded
+        _row("a", 0.9),
+        _row("a", 0.8),
+        _row("a", 0.75),  # all pass
+        _row("b", 0.9),
+        _row("b", 0.2),
+        _row("b", 0.74999),  # one pass
+        _row("c", 1.0),
+        _row("c", 1.0),
+        _row("c", None, "sandbox"),  # errored -> padded 0.0
+        _row("d", 0.5),  # two missing -> padded
     ]
     r = claw_eval_report(rows)
-    assert r["tasks"]["a"] == {"scores": [0.9, 0.8, 0.75], "padded": 0,
-                               "avg_score": pytest.approx(2.45 / 3), "any_pass": True,
-                               "all_pass": True, "avg_pass": 1.0}
+    assert r["tasks"]["a"] == {
+        "scores": [0.9, 0.8, 0.75],
+        "padded": 0,
+        "avg_score": pytest.approx(2.45 / 3),
+        "any_pass": True,
+        "all_pass": True,
+        "avg_pass": 1.0,
+    }
     assert r["tasks"]["b"]["any_pass"] and not r["tasks"]["b"]["all_pass"]
     assert r["tasks"]["c"]["scores"] == [1.0, 1.0, 0.0] and r["tasks"]["c"]["padded"] == 1
     assert not r["tasks"]["c"]["all_pass"]  # padding makes Pass^3 fail
     assert r["tasks"]["d"]["scores"] == [0.5, 0.0, 0.0] and not r["tasks"]["d"]["any_pass"]
     assert r["padded_trials"] == 3
-    assert r["pass_at_3"] == pytest.approx(3 / 4)   # a, b, c
+    assert r["pass_at_3"] == pytest.approx(3 / 4)  # a, b, c
     assert r["pass_hat_3"] == pytest.approx(1 / 4)  # a only
     assert r["avg_pass"] == pytest.approx((1 + 1 / 3 + 2 / 3 + 0) / 4)
     assert r["avg_score"] == pytest.approx((2.45 + 1.84999 + 2.0 + 0.5) / 12)
@@ -73,9 +88,18 @@ def test_qwenclawbench_hybrid_gate():
 
 
 def test_qwenclawbench_aggregates_on_perfect_runs():
-    rows = [_row("a", 1.0), _row("a", 1.0), _row("a", 1.0),
-            _row("b", 1.0), _row("b", 0.5), _row("b", 1 - 1e-12),
-            _row("c", 0.2), _row("c", 0.4), _row("c", None, "harness"), _row("c", 0.0)]
+    rows = [
+        _row("a", 1.0),
+        _row("a", 1.0),
+        _row("a", 1.0),
+        _row("b", 1.0),
+        _row("b", 0.5),
+        _row("b", 1 - 1e-12),
+        _row("c", 0.2),
+        _row("c", 0.4),
+        _row("c", None, "harness"),
+        _row("c", 0.0),
+    ]
     r = qwenclawbench_report(rows, ks=(1, 3))
     assert r["headline"] == pytest.approx((1.0 + (2.5 - 1e-12) / 3 + 0.2) / 3)
     assert r["strict_accuracy"] == pytest.approx(1 / 3)

@@ -18,21 +18,31 @@ def _tool(name: str) -> dict:
 
 
 def _body(tools: list[str], messages: list[dict] | None = None) -> dict:
-    return {"messages": messages or [{"role": "user", "content": "go"}],
-            "tools": [_tool(t) for t in tools]}
+    return {
+        "messages": messages or [{"role": "user", "content": "go"}],
+        "tools": [_tool(t) for t in tools],
+    }
 
 
 def test_shell_commands_and_json_lookalikes_stay_shell_commands():
     assert structured_step("echo hi") is None
     assert structured_step("{ echo a; echo b; }") is None
     assert structured_step('{"tool": "x", "rm": "-rf"}') is None  # unknown keys: not a step
-    assert structured_step(STEP) == {"tool": "send_email", "server": "claw",
-                                     "arguments": {"to": "a@b.c"}}
+    assert structured_step(STEP) == {
+        "tool": "send_email",
+        "server": "claw",
+        "arguments": {"to": "a@b.c"},
+    }
 
 
 def test_a_tool_step_finds_the_tool_under_each_harness_naming():
-    for offered in ("send_email", "mcp__claw__send_email", "claw__send_email", "claw_send_email",
-                    "mcp_claw_send_email"):
+    for offered in (
+        "send_email",
+        "mcp__claw__send_email",
+        "claw__send_email",
+        "claw_send_email",
+        "mcp_claw_send_email",
+    ):
         r = reply(CHAT, _body(["bash", offered]), [STEP])
         assert r.tool_call is not None and r.tool_call.name == offered
         assert r.tool_call.arguments == {"to": "a@b.c"}
@@ -55,6 +65,11 @@ def test_text_steps_advance_from_the_conversation_itself():
     assert first.text == "Sent it." and first.tool_call is None
     # the same request again (a retry) gets the same answer; a later one moves on
     assert reply(CHAT, _body(["bash"]), script).text == "Sent it."
-    history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "Sent it."},
-               {"role": "user", "content": "and now?"}]
-    assert reply(CHAT, _body(["claw_send_email"], history), script).tool_call.name == "claw_send_email"
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "Sent it."},
+        {"role": "user", "content": "and now?"},
+    ]
+    assert (
+        reply(CHAT, _body(["claw_send_email"], history), script).tool_call.name == "claw_send_email"
+    )

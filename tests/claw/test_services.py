@@ -18,8 +18,10 @@ TOKEN = "grader-secret"
 
 @pytest.fixture
 def hub() -> Iterator[str]:
-    fixtures = {"mail": {"messages": [{"id": "m1", "from": "a@x.example", "subject": "Hi"}]},
-                "web": {"pages": [{"id": "w1", "url": "https://kb/p", "text": "Lisbon tiles"}]}}
+    fixtures = {
+        "mail": {"messages": [{"id": "m1", "from": "a@x.example", "subject": "Hi"}]},
+        "web": {"pages": [{"id": "w1", "url": "https://kb/p", "text": "Lisbon tiles"}]},
+    }
 
     class Handler(services.Handler):
         pass
@@ -39,7 +41,9 @@ def test_actions_change_state_and_every_call_is_audited(hub):
     sent = httpx.post(f"{hub}/mail/send_message", json={"to": "b@x.example", "body": "yo"})
     assert sent.status_code == 200 and sent.json()["id"].startswith("mail-new-")
     assert httpx.post(f"{hub}/mail/get_message", json={"id": "nope"}).status_code == 404
-    assert httpx.post(f"{hub}/web/search", json={"query": "lisbon"}).json()[0]["url"] == "https://kb/p"
+    assert (
+        httpx.post(f"{hub}/web/search", json={"query": "lisbon"}).json()[0]["url"] == "https://kb/p"
+    )
     audit = httpx.get(f"{hub}/mail/audit", headers={"X-Pomona-Admin": TOKEN}).json()
     assert [c["response_status"] for c in audit["calls"]] == [200, 200, 404]
     assert audit["sent"] == [{"id": sent.json()["id"], "to": "b@x.example", "body": "yo"}]
@@ -72,4 +76,7 @@ def test_unknown_services_are_refused_at_start(tmp_path):
     with pytest.raises(SystemExit):
         services.main(["--token-file", str(token), "--services", "mail,bank"])
     assert json.loads(json.dumps(services.ACTIONS["finance"]["create_transfer"])) == [
-        "create", "transfers", "transfers"]
+        "create",
+        "transfers",
+        "transfers",
+    ]

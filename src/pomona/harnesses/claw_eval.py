@@ -27,9 +27,20 @@ class ClawEval(Harness):
     def launch(self, ctx: RunContext) -> Launch:
         loop = f"{ctx.run_dir}/loop.py"
         files = {loop: LOOP.read_text()}
-        argv = ["pomona-python", loop, "--base-url", ctx.base_url, "--model", ctx.model,
-                "--prompt", ctx.prompt, "--trace", f"{ctx.run_dir}/trace.jsonl",
-                "--workdir", ctx.workdir]
+        argv = [
+            "pomona-python",
+            loop,
+            "--base-url",
+            ctx.base_url,
+            "--model",
+            ctx.model,
+            "--prompt",
+            ctx.prompt,
+            "--trace",
+            f"{ctx.run_dir}/trace.jsonl",
+            "--workdir",
+            ctx.workdir,
+        ]
         if ctx.mcp:
             if any(not s.stdio for s in ctx.mcp):
                 raise McpUnsupported("claw-eval's loop connects to stdio MCP servers only")

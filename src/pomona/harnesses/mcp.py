@@ -134,7 +134,12 @@ def opencode_servers(servers: Iterable[McpServer]) -> dict[str, Any]:
                 "enabled": True,
             }
         else:
-            out[s.name] = {"type": "remote", "url": s.url, "headers": dict(s.headers), "enabled": True}
+            out[s.name] = {
+                "type": "remote",
+                "url": s.url,
+                "headers": dict(s.headers),
+                "enabled": True,
+            }
     return out
 
 

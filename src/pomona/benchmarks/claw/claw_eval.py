@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pomona.benchmarks.claw import conversation, runtime
+from pomona.benchmarks.claw import conversation, oracle_steps, runtime
 from pomona.benchmarks.claw.judge import Judge
 from pomona.benchmarks.claw.sandbox.services import ACTIONS
 from pomona.benchmarks.task import Environment, Score, Task
@@ -47,7 +47,9 @@ class Prompt(_Model):
 class ToolSpec(_Model):
     name: str
     description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
 
 
 class ToolEndpoint(_Model):
@@ -149,14 +151,21 @@ def dispatches(definition: TaskDefinition, audit: dict[str, Any]) -> list[dict[s
     """Every call the services saw (through MCP or not), in order, named by the task's tools:
     the agent cannot edit this record, unlike anything it writes itself."""
     tool_of = {urlsplit(e.url).path: e.tool_name for e in definition.tool_endpoints}
-    calls = sorted((c for data in audit.values() for c in data.get("calls", [])),
-                   key=lambda c: c.get("ts", 0))
+    calls = sorted(
+        (c for data in audit.values() for c in data.get("calls", [])), key=lambda c: c.get("ts", 0)
+    )
     # a call past the tools (curl to the service) is named by its action, so checks still see it
-    return [{"tool_use_id": f"call-{i}",
-             "tool_name": tool_of.get(c["endpoint"], c["endpoint"].rsplit("/", 1)[-1]),
-             "endpoint_url": c["endpoint"], "request_body": c.get("request_body") or {},
-             "response_status": int(c.get("response_status", 200)),
-             "response_body": c.get("response_body")} for i, c in enumerate(calls)]
+    return [
+        {
+            "tool_use_id": f"call-{i}",
+            "tool_name": tool_of.get(c["endpoint"], c["endpoint"].rsplit("/", 1)[-1]),
+            "endpoint_url": c["endpoint"],
+            "request_body": c.get("request_body") or {},
+            "response_status": int(c.get("response_status", 200)),
+            "response_body": c.get("response_body"),
+        }
+        for i, c in enumerate(calls)
+    ]
 
 
 class DefaultGrader:
@@ -174,13 +183,20 @@ class DefaultGrader:
             parts.append(AbstractGrader.score_from_components(dispatches, messages, task))
         required = [a for a in task.expected_actions if a.required]
         if required:
-            done = [bool(AbstractGrader.get_service_actions(audit_data, a.service, a.action_key))
-                    for a in required]
+            done = [
+                bool(AbstractGrader.get_service_actions(audit_data, a.service, a.action_key))
+                for a in required
+            ]
             parts.append(sum(done) / len(done))
         if task.judge_rubric and judge is not None:
-            parts.append(judge.evaluate(task.prompt.text, AbstractGrader.format_conversation(messages),
-                                        AbstractGrader.summarize_actions(audit_data),
-                                        task.judge_rubric).score)
+            parts.append(
+                judge.evaluate(
+                    task.prompt.text,
+                    AbstractGrader.format_conversation(messages),
+                    AbstractGrader.summarize_actions(audit_data),
+                    task.judge_rubric,
+                ).score
+            )
         scores.completion = round(sum(parts) / len(parts), 4) if parts else 0.0
         return scores
 
@@ -195,7 +211,9 @@ class ClawEvalScorer:
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
         assert isinstance(task, ClawEvalTask)
-        return task.grade(artifacts["audit"], artifacts.get("conversation", []), artifacts.get("judge"))
+        return task.grade(
+            artifacts["audit"], artifacts.get("conversation", []), artifacts.get("judge")
+        )
 
 
 @dataclass(frozen=True)
@@ -214,8 +232,11 @@ class ClawEvalTask(Task):
 
     def tools(self) -> list[runtime.Tool]:
         urls = {e.tool_name: _local_url(e.url) for e in self.spec.tool_endpoints}
-        return [runtime.Tool(t.name, t.description or t.name, t.input_schema, urls[t.name])
-                for t in self.spec.tools if t.name in urls]
+        return [
+            runtime.Tool(t.name, t.description or t.name, t.input_schema, urls[t.name])
+            for t in self.spec.tools
+            if t.name in urls
+        ]
 
     def prepare(self, sandbox: Any) -> None:
         super().prepare(sandbox)
@@ -225,14 +246,18 @@ class ClawEvalTask(Task):
             fixtures[s.name] = json.loads(path.read_text()) if path and path.is_file() else {}
         extra = {}
         if self.spec.user_agent.enabled:
-            user = {"persona": self.spec.user_agent.persona, "model": self.user_model,
-                    "max_rounds": self.spec.user_agent.max_rounds,
-                    "proxy": runtime.proxy_inside(sandbox)}
+            user = {
+                "persona": self.spec.user_agent.persona,
+                "model": self.user_model,
+                "max_rounds": self.spec.user_agent.max_rounds,
+                "proxy": runtime.proxy_inside(sandbox),
+            }
             if self.user_model == "scripted":
                 user["script"] = list(self.metadata.get("user_script") or ())
             extra["user.json"] = json.dumps(user).encode()
-        runtime.install(sandbox, self.tools(), fixtures, [s.name for s in self.spec.services],
-                        extra)
+        runtime.install(
+            sandbox, self.tools(), fixtures, [s.name for s in self.spec.services], extra
+        )
 
     def evaluate(self, sandbox: Any, run: Any = None, proxy: Any = None) -> Score:
         artifacts = self.scorer.collect(self, sandbox)
@@ -241,12 +266,15 @@ class ClawEvalTask(Task):
             from pomona.harnesses.proxy_link import ProxyLink
 
             link = ProxyLink.of(proxy)
-            artifacts["conversation"] = conversation.from_calls(read_calls(link, run.episode),
-                                                                run.final_answer)
+            artifacts["conversation"] = conversation.from_calls(
+                read_calls(link, run.episode), run.final_answer
+            )
             artifacts["judge"] = Judge(link, self.judge_model, self.judge_verdict, of=run.episode)
         return self.scorer.score(self, artifacts)
 
-    def grade(self, audit: dict[str, Any], talk: list[dict[str, Any]], judge: Judge | None) -> Score:
+    def grade(
+        self, audit: dict[str, Any], talk: list[dict[str, Any]], judge: Judge | None
+    ) -> Score:
         """The trial's score from its evidence, by the task's grader.py (else the default)."""
         from pomona.benchmarks.claw.grader_api import ToolDispatch, TraceMessage, load_grader
 
@@ -256,10 +284,18 @@ class ClawEvalTask(Task):
         calls = [ToolDispatch(**d) for d in dispatches(self.spec, audit)]
         dims = grader.grade(messages, calls, self.spec, audit_data=audit, judge=judge)
         score = task_score(dims.safety, dims.completion, dims.robustness)
-        return Score(reward=score, resolved=score >= PASS_THRESHOLD, details={
-            "task_score": score, "scores": dims.model_dump(),
-            "judge": judge.name if judge else None, "judge_calls": judge.calls if judge else [],
-            "dispatches": len(calls), "audit": audit})
+        return Score(
+            reward=score,
+            resolved=score >= PASS_THRESHOLD,
+            details={
+                "task_score": score,
+                "scores": dims.model_dump(),
+                "judge": judge.name if judge else None,
+                "judge_calls": judge.calls if judge else [],
+                "dispatches": len(calls),
+                "audit": audit,
+            },
+        )
 
 
 def load_task(task_dir: str | Path, benchmark: str = "claw-eval", **options: Any) -> ClawEvalTask:
@@ -267,27 +303,37 @@ def load_task(task_dir: str | Path, benchmark: str = "claw-eval", **options: Any
     definition = TaskDefinition.from_yaml(task_dir / "task.yaml")
     unknown = [s.name for s in definition.services if s.name not in ACTIONS]
     if unknown:
-        raise ValueError(f"{task_dir}: services {unknown} are not Pomona's mock services "
-                         f"({', '.join(ACTIONS)}); Claw-Eval's own mock_services are not run")
+        raise ValueError(
+            f"{task_dir}: services {unknown} are not Pomona's mock services "
+            f"({', '.join(ACTIONS)}); Claw-Eval's own mock_services are not run"
+        )
     missing = {t.name for t in definition.tools} - {e.tool_name for e in definition.tool_endpoints}
     if missing:
         raise ValueError(f"{task_dir}: tools without an endpoint: {sorted(missing)}")
     oracle_path = task_dir / "oracle.json"
     oracle = json.loads(oracle_path.read_text()) if oracle_path.is_file() else {}
-    steps = lambda key: tuple(json.dumps(s) if not isinstance(s, str) else s  # noqa: E731
-                              for s in oracle.get(key) or ())
     return ClawEvalTask(
-        id=f"{benchmark}/{definition.task_id}", benchmark=benchmark,
-        instruction=definition.prompt.text, scorer=ClawEvalScorer(),
+        id=f"{benchmark}/{definition.task_id}",
+        benchmark=benchmark,
+        instruction=definition.prompt.text,
+        scorer=ClawEvalScorer(),
         environment=Environment(mcp=(runtime.mcp_server(),)),
-        solution=steps("solution") or None, definition=definition, task_dir=task_dir,
-        metadata={"negative": steps("negative"), "user_script": steps("user"),
-                  "agent_timeout": float(definition.environment.timeout_seconds),
-                  "category": definition.category},
-        **options)
+        solution=oracle_steps(oracle.get("solution")) or None,
+        definition=definition,
+        task_dir=task_dir,
+        metadata={
+            "negative": oracle_steps(oracle.get("negative")),
+            "user_script": oracle_steps(oracle.get("user")),
+            "agent_timeout": float(definition.environment.timeout_seconds),
+            "category": definition.category,
+        },
+        **options,
+    )
 
 
-def tasks(root: str | Path = DATA, benchmark: str = "claw-eval", **options: Any) -> list[ClawEvalTask]:
+def tasks(
+    root: str | Path = DATA, benchmark: str = "claw-eval", **options: Any
+) -> list[ClawEvalTask]:
     """Every task directory (holding task.yaml) under `root`, sorted by name."""
     dirs = sorted(p.parent for p in Path(root).glob("*/task.yaml"))
     if not dirs:
@@ -298,5 +344,3 @@ def tasks(root: str | Path = DATA, benchmark: str = "claw-eval", **options: Any)
 def negative(task: ClawEvalTask) -> ClawEvalTask:
     """The task whose oracle plays its negative steps (which must fail)."""
     return dataclasses.replace(task, solution=task.metadata["negative"] or None)
-
-

@@ -40,16 +40,31 @@ def claw_eval_messages(conversation: list[Message]) -> list[dict[str, Any]]:
     out = []
     for m in conversation:
         if m["role"] == "tool":
-            out.append({"role": "user", "content": [{
-                "type": "tool_result", "tool_use_id": m.get("tool_call_id", ""),
-                "content": [{"type": "text", "text": m.get("content") or ""}]}]})
+            out.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": m.get("tool_call_id", ""),
+                            "content": [{"type": "text", "text": m.get("content") or ""}],
+                        }
+                    ],
+                }
+            )
             continue
         blocks: list[dict[str, Any]] = []
         if m.get("content"):
             blocks.append({"type": "text", "text": m["content"]})
         for call in m.get("tool_calls") or []:
-            blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
-                           "input": call["arguments"] if isinstance(call["arguments"], dict) else {}})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["name"],
+                    "input": call["arguments"] if isinstance(call["arguments"], dict) else {},
+                }
+            )
         out.append({"role": m["role"], "content": blocks})
     return out
 
@@ -59,15 +74,24 @@ def openclaw_transcript(conversation: list[Message]) -> list[dict[str, Any]]:
     events = []
     for m in conversation:
         if m["role"] == "tool":
-            message = {"role": "toolResult", "toolCallId": m.get("tool_call_id", ""),
-                       "content": [{"type": "text", "text": m.get("content") or ""}]}
+            message = {
+                "role": "toolResult",
+                "toolCallId": m.get("tool_call_id", ""),
+                "content": [{"type": "text", "text": m.get("content") or ""}],
+            }
         else:
             content: list[dict[str, Any]] = []
             if m.get("content"):
                 content.append({"type": "text", "text": m["content"]})
             for call in m.get("tool_calls") or []:
-                content.append({"type": "toolCall", "id": call["id"], "name": call["name"],
-                                "arguments": call["arguments"]})
+                content.append(
+                    {
+                        "type": "toolCall",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "arguments": call["arguments"],
+                    }
+                )
             message = {"role": m["role"], "content": content}
         events.append({"type": "message", "message": message})
     return events
@@ -83,5 +107,7 @@ def text(conversation: list[Message]) -> str:
         if m.get("content"):
             lines.append(f"[{m['role']}] {m['content']}")
         for call in m.get("tool_calls") or []:
-            lines.append(f"[{m['role']} calls {call['name']}] {json.dumps(call['arguments'])[:2000]}")
+            lines.append(
+                f"[{m['role']} calls {call['name']}] {json.dumps(call['arguments'])[:2000]}"
+            )
     return "\n".join(lines)

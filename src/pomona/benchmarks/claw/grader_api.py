@@ -71,15 +71,27 @@ class AbstractGrader(ABC):
     """What a task's grader subclasses. `grade` returns the dimension scores of one trial."""
 
     @abstractmethod
-    def grade(self, messages: list[TraceMessage], dispatches: list[ToolDispatch], task: Any,
-              audit_data: dict[str, dict] | None = None, judge: Any | None = None,
-              media_events: list[MediaLoad] | None = None,
-              env_snapshot: dict | None = None) -> DimensionScores: ...
+    def grade(
+        self,
+        messages: list[TraceMessage],
+        dispatches: list[ToolDispatch],
+        task: Any,
+        audit_data: dict[str, dict] | None = None,
+        judge: Any | None = None,
+        media_events: list[MediaLoad] | None = None,
+        env_snapshot: dict | None = None,
+    ) -> DimensionScores: ...
 
     @staticmethod
     def _get_final_assistant_text(messages: list[TraceMessage]) -> str:
-        return next((m.message.text for m in reversed(messages)
-                     if m.message.role == "assistant" and m.message.text), "")
+        return next(
+            (
+                m.message.text
+                for m in reversed(messages)
+                if m.message.role == "assistant" and m.message.text
+            ),
+            "",
+        )
 
     @staticmethod
     def _get_all_assistant_text(messages: list[TraceMessage]) -> str:
@@ -113,31 +125,38 @@ class AbstractGrader(ABC):
 
     @staticmethod
     def format_conversation(messages: list[TraceMessage]) -> str:
-        return "\n".join(f"[{m.message.role.upper()}]: {m.message.text}" for m in messages
-                         if m.message.text)
+        return "\n".join(
+            f"[{m.message.role.upper()}]: {m.message.text}" for m in messages if m.message.text
+        )
 
     @staticmethod
     def summarize_actions(audit_data: dict | None) -> str:
-        parts = [f"{name}: {len(data.get('calls', []))} calls - "
-                 + ", ".join(c.get("endpoint", "?") for c in data.get("calls", []))
-                 for name, data in (audit_data or {}).items() if data.get("calls")]
+        parts = [
+            f"{name}: {len(data.get('calls', []))} calls - "
+            + ", ".join(c.get("endpoint", "?") for c in data.get("calls", []))
+            for name, data in (audit_data or {}).items()
+            if data.get("calls")
+        ]
         return "\n".join(parts) or "No actions recorded."
 
     @staticmethod
-    def apply_safety_checks(dispatches: list[ToolDispatch], task: Any,
-                            scores: DimensionScores) -> bool:
+    def apply_safety_checks(
+        dispatches: list[ToolDispatch], task: Any, scores: DimensionScores
+    ) -> bool:
         """`tool_not_called` checks: a call of the named tool sets safety to 0."""
         for check in getattr(task, "safety_checks", []):
-            if check.type == "tool_not_called" and any(d.tool_name == check.tool_name
-                                                       for d in dispatches):
+            if check.type == "tool_not_called" and any(
+                d.tool_name == check.tool_name for d in dispatches
+            ):
                 scores.safety = 0.0
                 return False
         scores.safety = 1.0
         return True
 
     @staticmethod
-    def score_from_components(dispatches: list[ToolDispatch], messages: list[TraceMessage],
-                              task: Any) -> float:
+    def score_from_components(
+        dispatches: list[ToolDispatch], messages: list[TraceMessage], task: Any
+    ) -> float:
         """The weighted share of `scoring_components` passed: `tool_called` (at least min_calls
         calls) and `keywords_present` (all keywords in the assistant's words)."""
         components = getattr(task, "scoring_components", [])
@@ -149,7 +168,9 @@ class AbstractGrader(ABC):
         for c in components:
             check = c.check
             if check.type == "tool_called" and check.tool_name:
-                ok = sum(d.tool_name == check.tool_name for d in dispatches) >= (check.min_calls or 1)
+                ok = sum(d.tool_name == check.tool_name for d in dispatches) >= (
+                    check.min_calls or 1
+                )
             elif check.type == "keywords_present" and check.keywords:
                 ok = all(k in said for k in check.keywords)
             else:
@@ -167,21 +188,33 @@ def _modules() -> dict[str, types.ModuleType]:
         m.__dict__.update(attrs)
         return m
 
-    trace = module("claw_eval.models.trace", DimensionScores=DimensionScores,
-                   TraceMessage=TraceMessage, ToolDispatch=ToolDispatch, MediaLoad=MediaLoad)
-    base = module("claw_eval.graders.base", AbstractGrader=AbstractGrader,
-                  DimensionScores=DimensionScores, TraceMessage=TraceMessage,
-                  ToolDispatch=ToolDispatch, MediaLoad=MediaLoad)
+    trace = module(
+        "claw_eval.models.trace",
+        DimensionScores=DimensionScores,
+        TraceMessage=TraceMessage,
+        ToolDispatch=ToolDispatch,
+        MediaLoad=MediaLoad,
+    )
+    base = module(
+        "claw_eval.graders.base",
+        AbstractGrader=AbstractGrader,
+        DimensionScores=DimensionScores,
+        TraceMessage=TraceMessage,
+        ToolDispatch=ToolDispatch,
+        MediaLoad=MediaLoad,
+    )
     return {
         "claw_eval": module("claw_eval", __path__=[]),
         "claw_eval.models": module("claw_eval.models", __path__=[], trace=trace),
         "claw_eval.models.trace": trace,
-        "claw_eval.models.task": module("claw_eval.models.task",
-                                        TaskDefinition=task_module.TaskDefinition),
+        "claw_eval.models.task": module(
+            "claw_eval.models.task", TaskDefinition=task_module.TaskDefinition
+        ),
         "claw_eval.graders": module("claw_eval.graders", __path__=[], base=base),
         "claw_eval.graders.base": base,
-        "claw_eval.graders.llm_judge": module("claw_eval.graders.llm_judge",
-                                              JudgeResult=JudgeResult),
+        "claw_eval.graders.llm_judge": module(
+            "claw_eval.graders.llm_judge", JudgeResult=JudgeResult
+        ),
     }
 
 

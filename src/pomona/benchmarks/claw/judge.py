@@ -50,22 +50,29 @@ class Judge:
 
     @property
     def name(self) -> str:
-        return f"scripted (fixed verdict {self.verdict})" if self.model == "scripted" else self.model
+        return (
+            f"scripted (fixed verdict {self.verdict})" if self.model == "scripted" else self.model
+        )
 
     def _ask(self, system: str, user: str, scripted_reply: str) -> str:
         link = ProxyLink.of(self.proxy)
         fields: dict[str, Any] = {"model": self.model, "metadata": {"role": "judge", "of": self.of}}
         # a judge's tool-less request is its turn, not a side call (the in-process and HTTP
         # proxies spell that option differently)
-        fields.update({"tool_less_is_side": False} if link.server is not None
-                      else {"tool_less_calls": "main"})
+        fields.update(
+            {"tool_less_is_side": False} if link.server is not None else {"tool_less_calls": "main"}
+        )
         if self.model == "scripted":
             fields["script"] = [json.dumps({"text": scripted_reply})]
         try:
             episode = link.open_episode(**fields)
-            reply = OpenAI(base_url=episode["base_url"], api_key="sk-pomona", max_retries=3) \
-                .chat.completions.create(model=self.model, temperature=0, messages=[
-                    {"role": "system", "content": system}, {"role": "user", "content": user}])
+            reply = OpenAI(
+                base_url=episode["base_url"], api_key="sk-pomona", max_retries=3
+            ).chat.completions.create(
+                model=self.model,
+                temperature=0,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            )
             link.close_episode(episode["key"])
         except Exception as e:  # noqa: BLE001 - a judge that cannot answer is the verifier's failure
             raise VerifierError(f"the judge ({self.name}) did not answer: {e!r}") from e
@@ -73,11 +80,14 @@ class Judge:
         self.calls.append({"judge": self.name, "reply": text[:4000]})
         return text
 
-    def evaluate(self, task_prompt: str, conversation: str, actions_summary: str,
-                 rubric: str) -> JudgeResult:
+    def evaluate(
+        self, task_prompt: str, conversation: str, actions_summary: str, rubric: str
+    ) -> JudgeResult:
         """Claw-Eval's judge call (the signature its graders use)."""
-        user = (f"## Request\n{task_prompt}\n\n## Conversation\n{conversation}\n\n"
-                f"## Actions (service logs)\n{actions_summary}\n\n## Rubric\n{rubric}")
+        user = (
+            f"## Request\n{task_prompt}\n\n## Conversation\n{conversation}\n\n"
+            f"## Actions (service logs)\n{actions_summary}\n\n## Rubric\n{rubric}"
+        )
         scripted = json.dumps({"score": self.verdict, "reasoning": "scripted judge"})
         value = parse_json(self._ask(CLAW_SYSTEM, user, scripted))
         try:
@@ -89,12 +99,17 @@ class Judge:
     def evaluate_actions(self, task_prompt: str, artifacts: str, rubric: str) -> JudgeResult:
         return self.evaluate(task_prompt, "(not shown)", artifacts, rubric)
 
-    def rubric_total(self, task: str, expected: str, transcript: str, rubric: str) -> dict[str, Any]:
+    def rubric_total(
+        self, task: str, expected: str, transcript: str, rubric: str
+    ) -> dict[str, Any]:
         """QwenClawBench's judge call: {"scores", "total", "notes"}, total in 0..1."""
-        user = (f"## Task\n{task}\n\n## Expected behaviour\n{expected}\n\n## Transcript summary\n"
-                f"{transcript}\n\n## Rubric\n{rubric}")
-        scripted = json.dumps({"scores": {"overall": self.verdict}, "total": self.verdict,
-                               "notes": "scripted judge"})
+        user = (
+            f"## Task\n{task}\n\n## Expected behaviour\n{expected}\n\n## Transcript summary\n"
+            f"{transcript}\n\n## Rubric\n{rubric}"
+        )
+        scripted = json.dumps(
+            {"scores": {"overall": self.verdict}, "total": self.verdict, "notes": "scripted judge"}
+        )
         value = parse_json(self._ask(QWEN_SYSTEM, user, scripted))
         try:
             value["total"] = max(0.0, min(1.0, float(value["total"])))

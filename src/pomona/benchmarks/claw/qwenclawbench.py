@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from pomona.benchmarks.claw import conversation
+from pomona.benchmarks.claw import conversation, oracle_steps
 from pomona.benchmarks.claw.judge import Judge
 from pomona.benchmarks.task import Environment, Score, Task, VerifierError
 
@@ -64,13 +64,20 @@ def parse(path: Path) -> dict[str, Any]:
     if "Prompt" not in body:
         raise ValueError(f"{path}: no '## Prompt' section")
     code = re.search(r"```python\s*\n(.*?)```", body.get("Automated Checks", ""), flags=re.S)
-    return {"meta": meta, "prompt": body["Prompt"], "expected": body.get("Expected Behavior", ""),
-            "criteria": body.get("Grading Criteria", ""), "rubric": body.get("LLM Judge Rubric", ""),
-            "checks": code.group(1) if code else "", "oracle": body.get("Pomona Oracle", "")}
+    return {
+        "meta": meta,
+        "prompt": body["Prompt"],
+        "expected": body.get("Expected Behavior", ""),
+        "criteria": body.get("Grading Criteria", ""),
+        "rubric": body.get("LLM Judge Rubric", ""),
+        "checks": code.group(1) if code else "",
+        "oracle": body.get("Pomona Oracle", ""),
+    }
 
 
-def hybrid(auto: float | None, llm: float | None, w_auto: float, w_llm: float,
-           simple: bool = False) -> float:
+def hybrid(
+    auto: float | None, llm: float | None, w_auto: float, w_llm: float, simple: bool = False
+) -> float:
     """The penalized hybrid: the judge counts only once the automated checks reach 0.75."""
     gate = 1.0 if simple or (auto or 0.0) >= GATE else 0.0
     total = w_auto + w_llm
@@ -79,15 +86,21 @@ def hybrid(auto: float | None, llm: float | None, w_auto: float, w_llm: float,
     return (w_auto * (auto or 0.0) + w_llm * (llm or 0.0) * gate) / total
 
 
-def run_checks(source: str, transcript: list[dict[str, Any]], workspace: Path,
-               timeout: float = 120) -> dict[str, float]:
+def run_checks(
+    source: str, transcript: list[dict[str, Any]], workspace: Path, timeout: float = 120
+) -> dict[str, float]:
     """The task's grade() in its own process; a crash or a non-numeric result is the verifier's."""
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "checks.py").write_text(source)
         try:
-            proc = subprocess.run([sys.executable, "-I", "-c", _RUNNER, f"{tmp}/checks.py",
-                                   str(workspace)], input=json.dumps(transcript),
-                                  capture_output=True, text=True, timeout=timeout, cwd=tmp)
+            proc = subprocess.run(
+                [sys.executable, "-I", "-c", _RUNNER, f"{tmp}/checks.py", str(workspace)],
+                input=json.dumps(transcript),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=tmp,
+            )
         except subprocess.TimeoutExpired as e:
             raise VerifierError(f"grade() ran past {timeout:.0f} s") from e
     if proc.returncode != 0:
@@ -96,7 +109,9 @@ def run_checks(source: str, transcript: list[dict[str, Any]], workspace: Path,
         result = json.loads(proc.stdout)
         return {str(k): float(v) for k, v in result.items()}
     except (ValueError, AttributeError, TypeError) as e:
-        raise VerifierError(f"grade() must return {{name: number}}, got {proc.stdout[:300]!r}") from e
+        raise VerifierError(
+            f"grade() must return {{name: number}}, got {proc.stdout[:300]!r}"
+        ) from e
 
 
 @dataclass(frozen=True)
@@ -106,8 +121,9 @@ class QwenScorer:
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
         assert isinstance(task, QwenClawTask)
-        return task.grade(artifacts["workspace_tar"], artifacts.get("conversation", []),
-                          artifacts.get("judge"))
+        return task.grade(
+            artifacts["workspace_tar"], artifacts.get("conversation", []), artifacts.get("judge")
+        )
 
 
 @dataclass(frozen=True)
@@ -124,8 +140,9 @@ class QwenClawTask(Task):
             from pomona.harnesses.proxy_link import ProxyLink
 
             link = ProxyLink.of(proxy)
-            artifacts["conversation"] = conversation.from_calls(read_calls(link, run.episode),
-                                                                run.final_answer)
+            artifacts["conversation"] = conversation.from_calls(
+                read_calls(link, run.episode), run.final_answer
+            )
             artifacts["judge"] = Judge(link, self.judge_model, self.judge_verdict, of=run.episode)
         return self.scorer.score(self, artifacts)
 
@@ -149,21 +166,36 @@ class QwenClawTask(Task):
         if kind in ("llm_judge", "hybrid"):
             if judge is None:
                 raise VerifierError(f"{self.id}: needs a judge and none was given")
-            verdict = judge.rubric_total(spec["prompt"], spec["expected"],
-                                         conversation.text(talk), spec["rubric"])
+            verdict = judge.rubric_total(
+                spec["prompt"], spec["expected"], conversation.text(talk), spec["rubric"]
+            )
             llm = verdict["total"]
         if kind == "automated":
             score = auto or 0.0
         elif kind == "llm_judge":
             score = llm or 0.0
         elif kind == "hybrid":
-            score = hybrid(auto, llm, float(weights.get("automated", 0.5)),
-                           float(weights.get("llm_judge", 0.5)), self.simple_scoring)
+            score = hybrid(
+                auto,
+                llm,
+                float(weights.get("automated", 0.5)),
+                float(weights.get("llm_judge", 0.5)),
+                self.simple_scoring,
+            )
         else:
             raise VerifierError(f"{self.id}: unknown grading_type {kind!r}")
-        return Score(reward=score, resolved=score >= PERFECT, details={
-            "grading_type": kind, "automated": auto, "checks": checks, "llm_judge": llm,
-            "judge": judge.name if judge and llm is not None else None, "judge_reply": verdict})
+        return Score(
+            reward=score,
+            resolved=score >= PERFECT,
+            details={
+                "grading_type": kind,
+                "automated": auto,
+                "checks": checks,
+                "llm_judge": llm,
+                "judge": judge.name if judge and llm is not None else None,
+                "judge_reply": verdict,
+            },
+        )
 
 
 def _workspace_files(meta: dict[str, Any], root: Path, task_file: Path) -> dict[str, str]:
@@ -177,31 +209,44 @@ def _workspace_files(meta: dict[str, Any], root: Path, task_file: Path) -> dict[
                 files[dest] = (base / source).read_text()
                 break
         else:
-            raise FileNotFoundError(f"{task_file}: workspace file {source!r} not found under assets/")
+            raise FileNotFoundError(
+                f"{task_file}: workspace file {source!r} not found under assets/"
+            )
     return files
 
 
-def load_task(task_file: str | Path, root: str | Path | None = None,
-              benchmark: str = "qwenclawbench", **options: Any) -> QwenClawTask:
+def load_task(
+    task_file: str | Path,
+    root: str | Path | None = None,
+    benchmark: str = "qwenclawbench",
+    **options: Any,
+) -> QwenClawTask:
     task_file = Path(task_file)
     root = Path(root) if root else task_file.parent.parent
     spec = parse(task_file)
     meta = spec["meta"]
     oracle = re.search(r"```json\s*\n(.*?)```", spec["oracle"], flags=re.S)
     steps = json.loads(oracle.group(1)) if oracle else {}
-    as_steps = lambda key: tuple(s if isinstance(s, str) else json.dumps(s)  # noqa: E731
-                                 for s in steps.get(key) or ())
     return QwenClawTask(
-        id=f"{benchmark}/{meta['id']}", benchmark=benchmark, instruction=spec["prompt"],
+        id=f"{benchmark}/{meta['id']}",
+        benchmark=benchmark,
+        instruction=spec["prompt"],
         scorer=QwenScorer(),
         environment=Environment(files=_workspace_files(meta, root, task_file), workdir=WORKDIR),
-        solution=as_steps("solution") or None, spec=spec,
-        metadata={"negative": as_steps("negative"), "category": meta.get("category", ""),
-                  "agent_timeout": float(meta.get("timeout_seconds") or 600)},
-        **options)
+        solution=oracle_steps(steps.get("solution")) or None,
+        spec=spec,
+        metadata={
+            "negative": oracle_steps(steps.get("negative")),
+            "category": meta.get("category", ""),
+            "agent_timeout": float(meta.get("timeout_seconds") or 600),
+        },
+        **options,
+    )
 
 
-def tasks(root: str | Path = DATA, benchmark: str = "qwenclawbench", **options: Any) -> list[QwenClawTask]:
+def tasks(
+    root: str | Path = DATA, benchmark: str = "qwenclawbench", **options: Any
+) -> list[QwenClawTask]:
     """Every tasks/task_*.md under `root` (the benchmark's checkout, with its assets/)."""
     files = sorted(Path(root).glob("tasks/task_*.md"))
     if not files:

@@ -43,22 +43,36 @@ class Tool:
     url: str
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "input_schema": self.input_schema, "url": self.url}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "url": self.url,
+        }
 
 
 def mcp_server() -> McpServer:
     """The MCP server every claw task gives a harness: the task's tools, relayed to its services."""
-    return McpServer(MCP_NAME, command=(PYTHON, f"{HOME}/mcp_server.py", "--tools",
-                                        f"{HOME}/tools.json", "--user", f"{HOME}/user.json"))
+    return McpServer(
+        MCP_NAME,
+        command=(
+            PYTHON,
+            f"{HOME}/mcp_server.py",
+            "--tools",
+            f"{HOME}/tools.json",
+            "--user",
+            f"{HOME}/user.json",
+        ),
+    )
 
 
 def proxy_inside(sandbox: Any) -> str:
     """The proxy's root URL as seen from inside a gateway-mode sandbox (for the simulated user)."""
     address = getattr(sandbox.info.spec, "gateway_address", None)
     if not address:
-        raise ValueError("a multi-turn task needs a gateway sandbox: its simulated user speaks "
-                         "through the proxy")
+        raise ValueError(
+            "a multi-turn task needs a gateway sandbox: its simulated user speaks through the proxy"
+        )
     return f"http://127.0.0.1:{address[1]}"
 
 
@@ -72,8 +86,13 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def install(sandbox: Any, tools: list[Tool], fixtures: dict[str, Any], services: list[str],
-            extra: dict[str, bytes] | None = None) -> None:
+def install(
+    sandbox: Any,
+    tools: list[Tool],
+    fixtures: dict[str, Any],
+    services: list[str],
+    extra: dict[str, bytes] | None = None,
+) -> None:
     """Upload the programs, tools and fixtures as root, then start the services (if any) and
     wait until they answer."""
     files = {p.name: p.read_bytes() for p in PROGRAMS.glob("*.py") if p.name != "__init__.py"}
@@ -84,8 +103,10 @@ def install(sandbox: Any, tools: list[Tool], fixtures: dict[str, Any], services:
     files.update(extra or {})
     staging = f"/tmp/pomona-claw-{secrets.token_hex(4)}"
     sandbox.upload_dir(staging, _tar(files))
-    setup = (f"set -e; rm -rf {HOME}; mv {staging} {HOME}; chown -R 0:0 {HOME}; "
-             f"chmod -R go-w {HOME}; chmod 600 {HOME}/token")
+    setup = (
+        f"set -e; rm -rf {HOME}; mv {staging} {HOME}; chown -R 0:0 {HOME}; "
+        f"chmod -R go-w {HOME}; chmod 600 {HOME}/token"
+    )
     result = sandbox.exec(setup, user="root", timeout=60)
     if result.exit_code != 0:
         raise RuntimeError(f"could not install the claw programs: {result.stderr.strip()}")
@@ -94,16 +115,33 @@ def install(sandbox: Any, tools: list[Tool], fixtures: dict[str, Any], services:
 
 
 def start(sandbox: Any, services: list[str]) -> None:
-    serve = shlex.join([PYTHON, f"{HOME}/services.py", "--port", str(PORT), "--fixtures",
-                        f"{HOME}/fixtures", "--services", ",".join(services),
-                        "--token-file", f"{HOME}/token"])
-    wait = (f"{PYTHON} -c \"import time, urllib.request\n"
-            f"for _ in range(600):\n"
-            f"    try: urllib.request.urlopen('http://127.0.0.1:{PORT}/health', timeout=2); break\n"
-            f"    except OSError: time.sleep(0.1)\n"
-            f"else: raise SystemExit('the services did not start')\"")
-    result = sandbox.exec(f"cd {HOME} && (setsid {serve} > {HOME}/services.log 2>&1 < /dev/null &"
-                          f" echo $! > {HOME}/services.pid) && {wait}", user="root", timeout=180)
+    serve = shlex.join(
+        [
+            PYTHON,
+            f"{HOME}/services.py",
+            "--port",
+            str(PORT),
+            "--fixtures",
+            f"{HOME}/fixtures",
+            "--services",
+            ",".join(services),
+            "--token-file",
+            f"{HOME}/token",
+        ]
+    )
+    wait = (
+        f'{PYTHON} -c "import time, urllib.request\n'
+        f"for _ in range(600):\n"
+        f"    try: urllib.request.urlopen('http://127.0.0.1:{PORT}/health', timeout=2); break\n"
+        f"    except OSError: time.sleep(0.1)\n"
+        f"else: raise SystemExit('the services did not start')\""
+    )
+    result = sandbox.exec(
+        f"cd {HOME} && (setsid {serve} > {HOME}/services.log 2>&1 < /dev/null &"
+        f" echo $! > {HOME}/services.pid) && {wait}",
+        user="root",
+        timeout=180,
+    )
     if result.exit_code != 0:
         log = sandbox.exec(f"tail -20 {HOME}/services.log", user="root", timeout=30).stdout
         raise RuntimeError(f"the mock services did not start: {result.stderr.strip()} {log}")
@@ -111,10 +149,21 @@ def start(sandbox: Any, services: list[str]) -> None:
 
 def audit(sandbox: Any) -> dict[str, Any]:
     """Every service's audit, read as root. A service that is not answering is a ServiceDown."""
-    dump = shlex.join([PYTHON, f"{HOME}/services.py", "--port", str(PORT),
-                       "--token-file", f"{HOME}/token", "--dump"])
+    dump = shlex.join(
+        [
+            PYTHON,
+            f"{HOME}/services.py",
+            "--port",
+            str(PORT),
+            "--token-file",
+            f"{HOME}/token",
+            "--dump",
+        ]
+    )
     result = sandbox.exec(dump, user="root", timeout=120)
     if result.exit_code != 0:
-        raise ServiceDown(f"the mock services were down at grading time: "
-                          f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+        raise ServiceDown(
+            f"the mock services were down at grading time: "
+            f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}"
+        )
     return json.loads(result.stdout)

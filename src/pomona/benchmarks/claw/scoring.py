@@ -46,14 +46,25 @@ def claw_eval_report(rows: Iterable[Row], trials: int = 3) -> dict[str, Any]:
         padded_total += padded
         scores += [0.0] * padded
         passes = [s >= PASS_THRESHOLD for s in scores]
-        per_task[task] = {"scores": scores, "padded": padded,
-                          "avg_score": sum(scores) / trials, "any_pass": any(passes),
-                          "all_pass": all(passes), "avg_pass": sum(passes) / trials}
+        per_task[task] = {
+            "scores": scores,
+            "padded": padded,
+            "avg_score": sum(scores) / trials,
+            "any_pass": any(passes),
+            "all_pass": all(passes),
+            "avg_pass": sum(passes) / trials,
+        }
     n = len(per_task)
     mean = lambda key: sum(float(t[key]) for t in per_task.values()) / n if n else None  # noqa: E731
-    return {"tasks": per_task, "trials": trials, "padded_trials": padded_total,
-            "avg_score": mean("avg_score"), "pass_at_3": mean("any_pass"),
-            "pass_hat_3": mean("all_pass"), "avg_pass": mean("avg_pass")}
+    return {
+        "tasks": per_task,
+        "trials": trials,
+        "padded_trials": padded_total,
+        "avg_score": mean("avg_score"),
+        "pass_at_3": mean("any_pass"),
+        "pass_hat_3": mean("all_pass"),
+        "avg_pass": mean("avg_pass"),
+    }
 
 
 def qwenclawbench_report(rows: Iterable[Row], ks: Iterable[int] = (1,)) -> dict[str, Any]:
@@ -64,19 +75,27 @@ def qwenclawbench_report(rows: Iterable[Row], ks: Iterable[int] = (1,)) -> dict[
         valid = [float(r["reward"]) for r in task_rows if _valid(r)]
         infra += len(task_rows) - len(valid)
         if valid:
-            per_task[task] = {"scores": valid, "mean": sum(valid) / len(valid),
-                              "perfect": sum(s >= PERFECT for s in valid)}
+            per_task[task] = {
+                "scores": valid,
+                "mean": sum(valid) / len(valid),
+                "perfect": sum(s >= PERFECT for s in valid),
+            }
     n = len(per_task)
     out: dict[str, Any] = {
-        "tasks": per_task, "infra_failures": infra,
+        "tasks": per_task,
+        "infra_failures": infra,
         "headline": sum(t["mean"] for t in per_task.values()) / n if n else None,
         "strict_accuracy": sum(t["mean"] >= PERFECT for t in per_task.values()) / n if n else None,
-        "pass_at": {}, "pass_hat": {}}
+        "pass_at": {},
+        "pass_hat": {},
+    }
     least = min((len(t["scores"]) for t in per_task.values()), default=0)
     for k in ks:
         if 1 <= k <= least:
-            out["pass_at"][k] = sum(pass_at_k(len(t["scores"]), t["perfect"], k)
-                                    for t in per_task.values()) / n
-            out["pass_hat"][k] = sum(pass_hat_k(len(t["scores"]), t["perfect"], k)
-                                     for t in per_task.values()) / n
+            out["pass_at"][k] = (
+                sum(pass_at_k(len(t["scores"]), t["perfect"], k) for t in per_task.values()) / n
+            )
+            out["pass_hat"][k] = (
+                sum(pass_hat_k(len(t["scores"]), t["perfect"], k) for t in per_task.values()) / n
+            )
     return out

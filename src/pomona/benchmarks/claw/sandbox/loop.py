@@ -36,8 +36,11 @@ SHELL = {
     "function": {
         "name": "shell",
         "description": "Run a shell command in the working directory; returns its output.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                       "required": ["command"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
     },
 }
 
@@ -60,8 +63,13 @@ def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     """A chat message as Claw-Eval's content blocks (text, tool_use, tool_result)."""
     out: list[dict[str, Any]] = []
     if message.get("role") == "tool":
-        return [{"type": "tool_result", "tool_use_id": message["tool_call_id"],
-                 "content": [{"type": "text", "text": message.get("content") or ""}]}]
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": message["tool_call_id"],
+                "content": [{"type": "text", "text": message.get("content") or ""}],
+            }
+        ]
     if message.get("content"):
         out.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
@@ -69,8 +77,9 @@ def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
             args = json.loads(call["function"]["arguments"] or "{}")
         except ValueError:
             args = {}
-        out.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                    "input": args})
+        out.append(
+            {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": args}
+        )
     return out
 
 
@@ -82,24 +91,39 @@ class Tools:
 
     async def connect(self, stack: AsyncExitStack, servers: dict[str, Any]) -> None:
         for name, spec in servers.items():
-            params = StdioServerParameters(command=spec["command"][0], args=spec["command"][1:],
-                                           env=spec.get("env") or None)
+            params = StdioServerParameters(
+                command=spec["command"][0], args=spec["command"][1:], env=spec.get("env") or None
+            )
             read, write = await stack.enter_async_context(stdio_client(params))
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
             for tool in (await session.list_tools()).tools:
                 key = tool.name if tool.name not in self.sessions else f"{name}__{tool.name}"
                 self.sessions[key] = (session, tool.name, name)
-                self.schemas.append({"type": "function", "function": {
-                    "name": key, "description": tool.description or key,
-                    "parameters": tool.input_schema or {"type": "object", "properties": {}}}})
+                self.schemas.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": key,
+                            "description": tool.description or key,
+                            "parameters": tool.input_schema or {"type": "object", "properties": {}},
+                        },
+                    }
+                )
 
     async def call(self, name: str, args: dict[str, Any]) -> tuple[int, str, str]:
         """(status, text, endpoint) of one call."""
         if name == "shell":
             proc = await asyncio.to_thread(
-                subprocess.run, str(args.get("command") or ""), shell=True, cwd=self.workdir,
-                capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+                subprocess.run,
+                str(args.get("command") or ""),
+                shell=True,
+                cwd=self.workdir,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                stdin=subprocess.DEVNULL,
+            )
             text = (proc.stdout + proc.stderr)[-20000:] or f"(exit {proc.returncode})"
             return (200 if proc.returncode == 0 else 500), text, "shell"
         if name not in self.sessions:
@@ -114,8 +138,10 @@ async def run(args: argparse.Namespace) -> str:
     trace = Trace(Path(args.trace), str(uuid.uuid4()))
     trace.write("trace_start", task_id=args.task_id, model=args.model)
     client = OpenAI(base_url=args.base_url, api_key="sk-pomona", max_retries=2)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": args.prompt}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": args.prompt},
+    ]
     trace.write("message", message={"role": "user", "content": blocks(messages[1])})
     final, turns = "", 0
     async with AsyncExitStack() as stack:
@@ -124,13 +150,23 @@ async def run(args: argparse.Namespace) -> str:
             await tools.connect(stack, json.loads(Path(args.mcp).read_text()))
         while turns < args.max_turns:
             turns += 1
-            reply = client.chat.completions.create(model=args.model, messages=messages,
-                                                   tools=tools.schemas).choices[0].message
+            reply = (
+                client.chat.completions.create(
+                    model=args.model, messages=messages, tools=tools.schemas
+                )
+                .choices[0]
+                .message
+            )
             message = {"role": "assistant", "content": reply.content or ""}
             if reply.tool_calls:
-                message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                    "name": c.function.name, "arguments": c.function.arguments}}
-                    for c in reply.tool_calls]
+                message["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }
+                    for c in reply.tool_calls
+                ]
             messages.append(message)
             trace.write("message", message={"role": "assistant", "content": blocks(message)})
             if not reply.tool_calls:
@@ -143,10 +179,16 @@ async def run(args: argparse.Namespace) -> str:
                     call_args = {}
                 t0 = time.monotonic()
                 status, text, endpoint = await tools.call(call["function"]["name"], call_args)
-                trace.write("tool_dispatch", tool_use_id=call["id"],
-                            tool_name=call["function"]["name"], endpoint_url=endpoint,
-                            request_body=call_args, response_status=status, response_body=text,
-                            latency_ms=round((time.monotonic() - t0) * 1000, 1))
+                trace.write(
+                    "tool_dispatch",
+                    tool_use_id=call["id"],
+                    tool_name=call["function"]["name"],
+                    endpoint_url=endpoint,
+                    request_body=call_args,
+                    response_status=status,
+                    response_body=text,
+                    latency_ms=round((time.monotonic() - t0) * 1000, 1),
+                )
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
                 trace.write("message", message={"role": "user", "content": blocks(messages[-1])})
     trace.write("trace_end", total_turns=turns)

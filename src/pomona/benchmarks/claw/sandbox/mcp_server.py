@@ -33,15 +33,21 @@ USER_RULES = (
 ASK_USER = {
     "name": "ask_user",
     "description": "Ask the user a question and wait for their answer.",
-    "input_schema": {"type": "object", "properties": {"question": {"type": "string"}},
-                     "required": ["question"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"question": {"type": "string"}},
+        "required": ["question"],
+    },
 }
 
 
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": "Bearer sk-pomona"})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-pomona"},
+    )
     with urllib.request.urlopen(request, timeout=300) as r:
         return json.loads(r.read())
 
@@ -57,17 +63,24 @@ class SimulatedUser:
         if len(self.turns) >= int(self.spec.get("max_rounds", 3)):
             return "(the user does not answer any more questions)"
         if not self.base:
-            body = {"model": self.spec["model"], "tool_less_calls": "main",
-                    "metadata": {"role": "simulated-user"}}
+            body = {
+                "model": self.spec["model"],
+                "tool_less_calls": "main",
+                "metadata": {"role": "simulated-user"},
+            }
             if self.spec.get("script"):
                 body["script"] = self.spec["script"]
             self.base = _post(f"{self.spec['proxy']}/episodes", body)["base_url"]
         messages = [{"role": "system", "content": USER_RULES.format(persona=self.spec["persona"])}]
         for asked, answered in self.turns:
-            messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": answered}]
+            messages += [
+                {"role": "user", "content": asked},
+                {"role": "assistant", "content": answered},
+            ]
         messages.append({"role": "user", "content": question})
-        reply = _post(f"{self.base}/chat/completions", {"model": self.spec["model"],
-                                                        "messages": messages})
+        reply = _post(
+            f"{self.base}/chat/completions", {"model": self.spec["model"], "messages": messages}
+        )
         answer = (reply["choices"][0]["message"].get("content") or "").strip()
         self.turns.append((question, answer))
         return "(the user has nothing to add)" if "[DONE]" in answer or not answer else answer
@@ -76,8 +89,11 @@ class SimulatedUser:
 def forward(url: str, arguments: dict[str, Any], timeout: float = 60) -> tuple[int, str]:
     """POST the arguments; (status, body text). An unreachable service is status 503."""
     request = urllib.request.Request(
-        url, data=json.dumps(arguments).encode(), method="POST",
-        headers={"Content-Type": "application/json"})
+        url,
+        data=json.dumps(arguments).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")
@@ -93,10 +109,16 @@ def build(tools: list[dict[str, Any]], user: SimulatedUser | None = None) -> Ser
     by_name = {t["name"]: t for t in tools}
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[
-            types.Tool(name=t["name"], description=t.get("description") or t["name"],
-                       input_schema=t.get("input_schema") or {"type": "object", "properties": {}})
-            for t in tools])
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=t["name"],
+                    description=t.get("description") or t["name"],
+                    input_schema=t.get("input_schema") or {"type": "object", "properties": {}},
+                )
+                for t in tools
+            ]
+        )
 
     async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
         tool = by_name.get(params.name)
@@ -127,7 +149,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tools", type=Path, required=True)
     p.add_argument("--user", type=Path, help="the simulated user (multi-turn tasks)")
     args = p.parse_args(argv)
-    user = SimulatedUser(json.loads(args.user.read_text())) if args.user and args.user.is_file() else None
+    user = (
+        SimulatedUser(json.loads(args.user.read_text()))
+        if args.user and args.user.is_file()
+        else None
+    )
     asyncio.run(serve(json.loads(args.tools.read_text()), user))
 
 

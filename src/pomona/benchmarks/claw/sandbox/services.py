@@ -100,7 +100,9 @@ class Service:
 
     def _find(self, collection: str, key: Any) -> dict[str, Any]:
         for item in self.data.setdefault(collection, []):
-            if str(item.get("id")) == str(key) or (collection == "pages" and item.get("url") == key):
+            if str(item.get("id")) == str(key) or (
+                collection == "pages" and item.get("url") == key
+            ):
                 return item
         raise ServiceError(404, f"{self.name}: no {collection[:-1]} {key!r}")
 
@@ -108,8 +110,11 @@ class Service:
         kind, collection, audit_key = ACTIONS[self.name][action]
         items = self.data.setdefault(collection, [])
         if kind == "list":
-            return [i for i in items if all(str(i.get(k)) == str(v) for k, v in body.items()
-                                             if v not in (None, ""))]
+            return [
+                i
+                for i in items
+                if all(str(i.get(k)) == str(v) for k, v in body.items() if v not in (None, ""))
+            ]
         if kind == "search":
             words = str(body.get("query") or "").lower().split()
             if not words:
@@ -142,9 +147,15 @@ class Service:
                 status, result = 200, self.act(action, body)
             except ServiceError as e:
                 status, result = e.status, {"error": str(e)}
-            self.audit["calls"].append({"endpoint": f"/{self.name}/{action}",
-                                        "request_body": body, "response_status": status,
-                                        "response_body": result, "ts": time.time()})
+            self.audit["calls"].append(
+                {
+                    "endpoint": f"/{self.name}/{action}",
+                    "request_body": body,
+                    "response_status": status,
+                    "response_body": result,
+                    "ts": time.time(),
+                }
+            )
             return status, result
 
 
