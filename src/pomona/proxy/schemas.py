@@ -208,15 +208,18 @@ class PolicyReply(BaseModel):
 # --- checking -----------------------------------------------------------------------------------
 
 
-def depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests at most `limit` containers deep (iterative: no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a parsed JSON value nests more than `limit` containers deep: level by level,
+    each container visited once, no recursion (so no depth can overflow the stack)."""
+    level = [value] if type(value) in (dict, list) else []
+    for _ in range(limit):
+        deeper: list[Any] = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            deeper.extend([c for c in children if type(c) is dict or type(c) is list])
+        if not deeper:
             return False
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+        level = deeper
     return True
 
 
@@ -231,7 +234,7 @@ def parse_json(raw: bytes) -> Any:
         raise BadRequest(400, f"malformed JSON body: {e}", "invalid_json") from e
     else:
         # Cheap bound first: a body with few brackets cannot nest deeply.
-        deep = raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and not depth_ok(value)
+        deep = raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and too_deep(value)
     if deep:
         raise BadRequest(400, f"JSON nests deeper than {MAX_DEPTH} levels", "invalid_json")
     return value

@@ -16,6 +16,7 @@ import uvicorn
 
 from pomona.proxy.app import ProxyState, create_app
 from pomona.proxy.config import ProxyConfig
+from pomona.proxy.schemas import KEY_RE
 
 
 class AppServer:
@@ -95,10 +96,13 @@ class ProxyServer(AppServer):
 
     def open_episode(self, *, key: str | None = None, **fields: Any) -> dict[str, str]:
         """Open an episode without an HTTP round trip; returns what POST /episodes would."""
+        if key is not None and not KEY_RE.fullmatch(key):
+            raise ValueError(f"episode key {key!r} is not URL-safe ({KEY_RE.pattern})")
         ep = self.state.episodes.open(key, **fields)
         base = f"{self.url}/e/{ep.key}"
         return {"key": ep.key, "base_url": f"{base}/v1", "anthropic_base_url": base}
 
     def close_episode(self, key: str, **outcome: Any) -> None:
-        """Close an episode; `outcome` (reward, resolved, failure_kind...) goes to `episodes`."""
+        """Close an episode; `outcome` (reward, resolved, failure_kind...) goes to `episodes`.
+        A malformed outcome raises ValueError and leaves the episode open."""
         self.state.close_episode(key, outcome)

@@ -17,6 +17,7 @@ changes, and a cheap scan skips the parse for bodies that name nothing secret.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -32,9 +33,21 @@ _LAST_WORDS = frozenset(
 _ANY_WORDS = frozenset({"secret", "password", "passwd", "authorization", "cookie", "apikey"})
 NOT_SECRET = frozenset({"prompt_cache_key", "idempotency_key", "idempotency-key"})
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_MAYBE = re.compile(
-    r'(?i)"[^"\\]*(?:key|token|auth|credentials?|(?:secret|passw(?:or)?d|authorization|cookie)[^"\\]*)"\s*:'
-)
+_FIELD_NAME = re.compile(r'"([^"\\]{1,128})"\s*:')
+
+
+def may_hold_secret(text: str) -> bool:
+    """Whether a JSON (or SSE) text has a field whose name says secret: one C-speed pass collects
+    the field names, each distinct name is judged once (`max_tokens` or `prompt_cache_key`
+    never cost a parse)."""
+    return any(_judged(name) for name in set(_FIELD_NAME.findall(text)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _judged(name: str) -> bool:
+    return is_secret_name(name)
+
+
 MIN_SCRUB = 8
 """Shorter values are not scrubbed by value: blanking every `k` in a row would destroy it."""
 
@@ -110,7 +123,7 @@ def redact_value(value: Any, found: Scrubber | None = None) -> tuple[Any, bool]:
 
 def redact_body(raw: str, parsed: Any = None, found: Scrubber | None = None) -> str:
     """The body text unchanged (byte-faithful) unless it carries a secret field, then re-encoded."""
-    if not _MAYBE.search(raw):
+    if not may_hold_secret(raw):
         return raw
     if parsed is None:
         try:
@@ -123,11 +136,11 @@ def redact_body(raw: str, parsed: Any = None, found: Scrubber | None = None) -> 
 
 def redact_sse(text: str, found: Scrubber | None = None) -> str:
     """An SSE text with each event's JSON data redacted; other lines are kept as they are."""
-    if not _MAYBE.search(text):
+    if not may_hold_secret(text):
         return text
     lines = text.split("\n")
     for i, line in enumerate(lines):
-        if line.startswith("data:") and _MAYBE.search(line):
+        if line.startswith("data:") and may_hold_secret(line):
             try:
                 data = json.loads(line[5:])
             except (ValueError, RecursionError):
