@@ -25,6 +25,7 @@ import sqlite3
 import sys
 import tarfile
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -75,6 +76,7 @@ from pomona.orchestrator.types import ExecChunk, FileInfo, SnapshotInfo, check_t
 log = logging.getLogger("pomona.service")
 VERSION = "0.1.0"
 MAX_BODY = 512 * 2**20
+WORKERS = 64
 TAR = {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}
 OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 STATUS_ERRORS = {401: "AuthenticationRequired", 403: "PermissionDenied", 404: "NotFound",
@@ -266,6 +268,10 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # blocking work (files, builds) runs on threads: enough of them that one key's bounded
+        # share (policy.file_ops_per_key) never takes them all (the default is cores + 4)
+        workers = ThreadPoolExecutor(max(WORKERS, 4 * policy.file_ops_per_key), "pomona-worker")
+        asyncio.get_running_loop().set_default_executor(workers)
         await coord.start()
         try:
             yield
