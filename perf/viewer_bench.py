@@ -39,6 +39,8 @@ HARNESSES = (("pi", "chat"), ("codex", "responses"), ("claude-code", "anthropic"
              ("opencode", "chat"), ("hermes", "chat"))  # fmt: skip
 MODELS = ("oracle", "qwen3-32b", "gpt-oss-120b", "claude-sonnet")
 KINDS = ("sandbox", "harness", "upstream", "timeout", "verifier")
+LONG = "ep00x00000"
+STORE_FORMAT = 2  # bump when the synthetic rows change, so a kept store is made anew
 SYSTEM = "You are a coding agent working in a sandbox. " * 30
 TOOL = {"name": "bash", "description": "run a shell command",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}  # fmt: skip
@@ -49,7 +51,9 @@ TOOL = {"name": "bash", "description": "run a shell command",
 
 def _request(dialect: str, task: str, turns: int) -> dict[str, Any]:
     """The body a harness sends at turn `turns`: the whole conversation so far."""
-    command = f"grep -rn 'def parse' src/ | head -{turns + 5}"
+    command = (
+        "grep -rn 'def parse' src/ | head -{}".format
+    )  # turn t's command: the history is stable
     output = "\n".join(f"src/mod{i}.py:{10 * i}: def parse_{i}(text):" for i in range(6))
     if dialect == "chat":
         messages: list[Any] = [{"role": "system", "content": SYSTEM},
@@ -57,7 +61,7 @@ def _request(dialect: str, task: str, turns: int) -> dict[str, Any]:
         for t in range(turns):
             messages += [
                 {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{t}", "type": "function",
-                 "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]},
+                 "function": {"name": "bash", "arguments": json.dumps({"command": command(t + 5)})}}]},
                 {"role": "tool", "tool_call_id": f"call_{t}", "content": output},
             ]  # fmt: skip
         return {
@@ -72,7 +76,7 @@ def _request(dialect: str, task: str, turns: int) -> dict[str, Any]:
             items += [
                 {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Look for parse."}]},
                 {"type": "function_call", "call_id": f"call_{t}", "name": "bash",
-                 "arguments": json.dumps({"command": command})},
+                 "arguments": json.dumps({"command": command(t + 5)})},
                 {"type": "function_call_output", "call_id": f"call_{t}", "output": output},
             ]  # fmt: skip
         return {
@@ -85,7 +89,7 @@ def _request(dialect: str, task: str, turns: int) -> dict[str, Any]:
     for t in range(turns):
         messages += [
             {"role": "assistant", "content": [{"type": "thinking", "thinking": "Look for parse."},
-             {"type": "tool_use", "id": f"toolu_{t}", "name": "bash", "input": {"command": command}}]},
+             {"type": "tool_use", "id": f"toolu_{t}", "name": "bash", "input": {"command": command(t + 5)}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{t}", "content": output}]},
         ]  # fmt: skip
     tool = {"name": "bash", "description": TOOL["description"], "input_schema": TOOL["parameters"]}
@@ -120,7 +124,9 @@ def _write(path: Path, schema: pa.Schema, rows: list[dict[str, Any]]) -> None:
         writer.write_table(table, max_chunksize=1)
 
 
-def make_store(directory: Path, episodes: int, calls_per_episode: int, seed: int = 7) -> None:
+def make_store(directory: Path, episodes: int, calls_per_episode: int, long_calls: int,
+               seed: int = 7) -> None:  # fmt: skip
+    """The synthetic store; its first episode (`LONG`) is a long one of `long_calls` calls."""
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
     runs = 20
@@ -138,10 +144,11 @@ def make_store(directory: Path, episodes: int, calls_per_episode: int, seed: int
             t0 = start + timedelta(hours=r, seconds=7 * e)
             infra = rng.random() < 0.05
             resolved = not infra and rng.random() < 0.3 + 0.1 * (r % 5)
-            for c in range(calls_per_episode):
+            n_calls = long_calls if key == LONG else calls_per_episode
+            for c in range(n_calls):
                 begin = t0 + timedelta(seconds=2 * c)
                 request = _request(dialect, task, c)
-                response = _response(dialect, c, c == calls_per_episode - 1)
+                response = _response(dialect, c, c == n_calls - 1)
                 call_rows.append({
                     "call_id": f"{key}-{c}", "episode": key, "sequence": c, "side": False,
                     "dialect": dialect, "path": "/v1/x", "model": model, "requested_model": "m",
@@ -159,8 +166,8 @@ def make_store(directory: Path, episodes: int, calls_per_episode: int, seed: int
                 "failure_kind": rng.choice(KINDS) if infra else "none",
                 "failure_message": "the sandbox was lost: SandboxNotFound" if infra else None,
                 "artifacts": [], "metadata": json.dumps({"attempt": attempt}),
-                "num_calls": calls_per_episode, "started_at": t0,
-                "ended_at": t0 + timedelta(seconds=2 * calls_per_episode),
+                "num_calls": n_calls, "started_at": t0,
+                "ended_at": t0 + timedelta(seconds=2 * n_calls),
             })  # fmt: skip
         stamp = f"202611{r:02d}T000000"
         _write(directory / f"calls-{stamp}-{900000 + r}-{r:08x}.arrows", CALLS, call_rows)
@@ -183,15 +190,15 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def timed(client: httpx.Client, path: str, warm: int = 5) -> tuple[float, float]:
-    """(cold ms, warm median ms) of GET path."""
+def timed(client: httpx.Client, path: str, warm: int = 5) -> tuple[float, float, int]:
+    """(cold ms, warm median ms, bytes of the answer) of GET path."""
     times = []
     for _ in range(warm + 1):
         t = time.perf_counter()
         r = client.get(path)
         r.raise_for_status()
         times.append((time.perf_counter() - t) * 1000)
-    return times[0], statistics.median(times[1:])
+    return times[0], statistics.median(times[1:]), len(r.content)
 
 
 def main() -> int:
@@ -200,17 +207,21 @@ def main() -> int:
     )
     ap.add_argument("--episodes", type=int, default=10_000)
     ap.add_argument("--calls-per-episode", type=int, default=10)
+    ap.add_argument("--long-calls", type=int, default=200, help="calls of the one long episode")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "pomona-viewer-bench")
     args = ap.parse_args()
-    store = args.dir / f"e{args.episodes}-c{args.calls_per_episode}"
+    store = (
+        args.dir
+        / f"v{STORE_FORMAT}-e{args.episodes}-c{args.calls_per_episode}-long{args.long_calls}"
+    )
     rows_out: list[tuple[str, str, str, str]] = []
     if not store.exists():
         t = time.perf_counter()
-        make_store(store, args.episodes, args.calls_per_episode)
+        make_store(store, args.episodes, args.calls_per_episode, args.long_calls)
         print(f"made the synthetic store in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     size = sum(p.stat().st_size for p in store.iterdir()) / 2**20
     print(f"store: {store} ({size:.0f} MiB, {args.episodes} episodes, "
-          f"{args.episodes * args.calls_per_episode} calls)", file=sys.stderr)  # fmt: skip
+          f"{args.episodes * args.calls_per_episode + args.long_calls - args.calls_per_episode} calls)", file=sys.stderr)  # fmt: skip
 
     port = free_port()
     started = time.perf_counter()
@@ -258,11 +269,19 @@ def main() -> int:
                 ("episode: timeline of its calls + artifacts", f"/api/episode?key={key}"),
                 ("episode raw rows (JSON)", f"/api/episode/raw?key={key}"),
                 ("compare: the second episode", f"/api/episode?key={other}"),
+                (
+                    f"episode of {args.long_calls} calls (new messages only)",
+                    f"/api/episode?key={LONG}",
+                ),
+                (
+                    f"one call of it: all {args.long_calls * 2} messages it sent",
+                    f"/api/episode/call?key={LONG}&n={args.long_calls - 1}",
+                ),
                 ("a page's HTML", "/episode"),
             ]
             for label, path in pages:
-                cold, warm = timed(client, path)
-                rows_out.append((label, f"{cold:.1f}", f"{warm:.1f}", ""))
+                cold, warm, size = timed(client, path)
+                rows_out.append((label, f"{cold:.1f}", f"{warm:.1f}", f"{size / 1024:.0f} KiB"))
             rows_out.append(("viewer process memory (RSS)", f"{rss_mb(proc.pid):.0f} MiB", "", ""))
     finally:
         proc.terminate()

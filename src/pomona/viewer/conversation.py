@@ -16,12 +16,16 @@ or a tool can write anything), so every field is read defensively and nothing he
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pomona.viewer.index import CALL_COLUMNS
 
 Part = dict[str, Any]
 Entry = dict[str, Any]
+Item = tuple[Any, Callable[[], Entry]]
+"""A request's conversation item as sent, and how to read it (only done for what is shown)."""
 
 MAX_TEXT = 100_000
 """Characters of one part shown on the page; the raw rows always hold everything."""
@@ -123,6 +127,11 @@ def _tool_result(call_id: Any, content: Any, is_error: Any = None) -> Part:
     }
 
 
+def _said(role: str, content: Any) -> Item:
+    """A top-level field (instructions, system) or a bare input string, as a message."""
+    return content, lambda: {"role": role, "parts": _content_parts(content)}
+
+
 # --- chat completions ---------------------------------------------------------------------------
 
 
@@ -148,9 +157,9 @@ def _chat_message(m: Any) -> Entry:
     return {"role": role, "parts": parts}
 
 
-def _chat_request(body: dict[str, Any]) -> list[Entry]:
+def _chat_request(body: dict[str, Any]) -> list[Item]:
     messages = body.get("messages")
-    return [_chat_message(m) for m in messages] if isinstance(messages, list) else []
+    return [(m, partial(_chat_message, m)) for m in messages] if isinstance(messages, list) else []
 
 
 def _chat_response(body: dict[str, Any]) -> list[Entry]:
@@ -199,14 +208,14 @@ def _response_item(item: Any) -> Entry:
     return {"role": "assistant", "parts": [_other(kind, item)]}
 
 
-def _responses_request(body: dict[str, Any]) -> list[Entry]:
-    out: list[Entry] = []
-    if body.get("instructions"):
-        out.append({"role": "system", "parts": _content_parts(body["instructions"])})
+def _responses_request(body: dict[str, Any]) -> list[Item]:
+    out = [_said("system", body["instructions"])] if body.get("instructions") else []
     items = body.get("input")
     if isinstance(items, str):
-        return [*out, {"role": "user", "parts": _content_parts(items)}]
-    return out + [_response_item(i) for i in items] if isinstance(items, list) else out
+        return [*out, _said("user", items)]
+    return (
+        out + [(i, partial(_response_item, i)) for i in items] if isinstance(items, list) else out
+    )
 
 
 def _responses_response(body: dict[str, Any]) -> list[Entry]:
@@ -227,12 +236,12 @@ def _anthropic_message(m: Any) -> Entry:
     return {"role": role, "parts": parts}
 
 
-def _anthropic_request(body: dict[str, Any]) -> list[Entry]:
-    out: list[Entry] = []
-    if body.get("system"):
-        out.append({"role": "system", "parts": _content_parts(body["system"])})
+def _anthropic_request(body: dict[str, Any]) -> list[Item]:
+    out = [_said("system", body["system"])] if body.get("system") else []
     messages = body.get("messages")
-    return out + [_anthropic_message(m) for m in messages] if isinstance(messages, list) else out
+    if not isinstance(messages, list):
+        return out
+    return out + [(m, partial(_anthropic_message, m)) for m in messages]
 
 
 def _anthropic_response(body: dict[str, Any]) -> list[Entry]:
@@ -257,21 +266,6 @@ def _json(text: str | None) -> Any:
         return None
 
 
-def _raw_items(dialect: str, body: dict[str, Any]) -> list[Any]:
-    """The request's conversation items as sent, for telling which ones are new."""
-    if dialect == "responses":
-        items = body.get("input")
-        head = [body.get("instructions")] if body.get("instructions") else []
-        return head + (items if isinstance(items, list) else [items])
-    head = [body.get("system")] if dialect == "anthropic" and body.get("system") else []
-    messages = body.get("messages")
-    return head + (messages if isinstance(messages, list) else [])
-
-
-def _key(item: Any) -> str:
-    return json.dumps(item, sort_keys=True, ensure_ascii=False)
-
-
 def tools_offered(body: Any) -> list[str]:
     """Names of the tools a request offers, whatever the dialect."""
     names = []
@@ -282,35 +276,40 @@ def tools_offered(body: Any) -> list[str]:
     return names
 
 
-def timeline(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The episode's calls in order, each with its messages (new ones since the previous call of
-    the same kind flagged `new`), its answer, and what the proxy measured."""
-    previous: dict[bool, list[str]] = {}
+def timeline(calls: list[dict[str, Any]], full: int | None = None) -> list[dict[str, Any]]:
+    """The episode's calls in order, each with the messages new since the previous call of the
+    same kind (main turns and side calls apart), how many it sent again (`earlier`), its answer
+    and what the proxy measured. Call number `full` also gets its earlier messages (new ones
+    flagged `new`). Only the messages returned are read into the display shape: a long episode
+    re-sends its whole history every turn, so reading all of it would grow with its square."""
+    previous: dict[bool, list[Any]] = {}
     out = []
-    for call in calls:
+    for n, call in enumerate(calls):
         dialect = call.get("dialect") or "chat"
         read_request, read_response = READERS.get(dialect, READERS["chat"])
         request = _json(call.get("request"))
         response = _json(call.get("response"))
         side = bool(call.get("side"))
         messages: list[Entry] = []
+        first_new = 0
         if isinstance(request, dict):
-            messages = read_request(request)
-            raw = [_key(i) for i in _raw_items(dialect, request)]
-            before = previous.get(side, [])
-            common = 0
-            while common < min(len(raw), len(before)) and raw[common] == before[common]:
-                common += 1
-            first_new = common if side in previous else 0
-            # entries and raw items line up one to one in every reader
-            for i, entry in enumerate(messages):
-                entry["new"] = i >= first_new
-            previous[side] = raw
+            items = read_request(request)
+            sent = [raw for raw, _ in items]
+            if side in previous:
+                before = previous[side]
+                while (
+                    first_new < min(len(sent), len(before)) and sent[first_new] == before[first_new]
+                ):
+                    first_new += 1
+            previous[side] = sent
+            shown = range(len(items)) if n == full else range(first_new, len(items))
+            messages = [{**items[i][1](), "new": i >= first_new} for i in shown]
         answer = read_response(response) if isinstance(response, dict) else []
         out.append(
             {
                 **{k: jsonable(call.get(k)) for k in SHOWN_COLUMNS},
                 "messages": messages,
+                "earlier": first_new,
                 "answer": answer,
                 "tools": tools_offered(request),
                 "request_unparsed": None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import asdict
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -298,10 +299,9 @@ def _call_rows(index: StoreIndex, key: str) -> list[dict[str, Any]]:
 def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
     """The episode's row, its timeline of calls and what the proxy measured over them."""
     row = episode_row(index, key)
-    calls = call_rows(index, key)
-    if row is None and not calls:
+    items = _timeline(index, index.version, key, None)
+    if row is None and not items:
         return None
-    items = [_only_new(item) for item in timeline(calls)]
     usage = [c.get("usage") or {} for c in items]
     return {
         "episode": row,
@@ -318,18 +318,17 @@ def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
     }
 
 
-def _only_new(call: dict[str, Any]) -> dict[str, Any]:
-    """A call with only the messages new since the previous one, and how many it sent again:
-    a long episode re-sends its whole history every turn, so sending all of it would make the
-    page grow with the square of its length. `call_messages` gives one call's earlier ones."""
-    earlier = sum(not m["new"] for m in call["messages"])
-    return {**call, "messages": [m for m in call["messages"] if m["new"]], "earlier": earlier}
-
-
 def call_messages(index: StoreIndex, key: str, n: int) -> list[dict[str, Any]] | None:
     """Every message call `n` of the episode sent (None when it has no such call)."""
-    items = timeline(call_rows(index, key))
+    items = _timeline(index, index.version, key, n)
     return items[n]["messages"] if 0 <= n < len(items) else None
+
+
+@lru_cache(maxsize=16)
+def _timeline(index: StoreIndex, version: int, key: str, full: int | None) -> list[dict[str, Any]]:
+    """An episode's timeline, kept for a few episodes per version of the store (the page and its
+    folds ask for the same episode again and again; a new version makes a new key)."""
+    return timeline(call_rows(index, key), full)
 
 
 def same_task(index: StoreIndex, key: str, limit: int = 200) -> list[dict[str, Any]]:
