@@ -249,3 +249,17 @@ def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
         result = sb.exec("echo once >> /workspace/log")  # 503, retried with the same key
         assert result.exit_code == 0 and AnswerLostOnce.lost
         assert sb.exec("cat /workspace/log").stdout == "once\n"
+
+
+def test_a_clean_stop_of_the_service_releases_the_store(state):
+    """SIGTERM to `pomona serve` with no sandbox left: no mount, loop device or cgroup of its
+    state dir remains (before, the store stayed mounted with its loop device attached)."""
+    from tests.conftest import leftovers
+
+    replica = Replica(state).start()
+    try:
+        with sdk(replica.url) as client:
+            assert client.create_sandbox().exec("echo ok").stdout == "ok\n"
+    finally:
+        replica.stop()
+    assert leftovers([str(state)]) == []  # uvicorn re-raises the SIGTERM after its clean shutdown
