@@ -276,15 +276,15 @@ def tools_offered(body: Any) -> list[str]:
     return names
 
 
-def timeline(calls: list[dict[str, Any]], full: int | None = None) -> list[dict[str, Any]]:
+def timeline(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The episode's calls in order, each with the messages new since the previous call of the
     same kind (main turns and side calls apart), how many it sent again (`earlier`), its answer
-    and what the proxy measured. Call number `full` also gets its earlier messages (new ones
-    flagged `new`). Only the messages returned are read into the display shape: a long episode
-    re-sends its whole history every turn, so reading all of it would grow with its square."""
+    and what the proxy measured. Only the new messages are read into the display shape: a long
+    episode re-sends its whole history every turn, so reading all of it would grow with its
+    square (`sent_messages` gives one call's whole list)."""
     previous: dict[bool, list[Any]] = {}
     out = []
-    for n, call in enumerate(calls):
+    for call in calls:
         dialect = call.get("dialect") or "chat"
         read_request, read_response = READERS.get(dialect, READERS["chat"])
         request = _json(call.get("request"))
@@ -302,8 +302,7 @@ def timeline(calls: list[dict[str, Any]], full: int | None = None) -> list[dict[
                 ):
                     first_new += 1
             previous[side] = sent
-            shown = range(len(items)) if n == full else range(first_new, len(items))
-            messages = [{**items[i][1](), "new": i >= first_new} for i in shown]
+            messages = [{**read(), "new": True} for _, read in items[first_new:]]
         answer = read_response(response) if isinstance(response, dict) else []
         out.append(
             {
@@ -323,6 +322,15 @@ def timeline(calls: list[dict[str, Any]], full: int | None = None) -> list[dict[
             }
         )
     return out
+
+
+def sent_messages(call: dict[str, Any], earlier: int) -> list[Entry]:
+    """Every message of the call's request; those past the first `earlier` flagged `new`."""
+    request = _json(call.get("request"))
+    if not isinstance(request, dict):
+        return []
+    read_request = READERS.get(call.get("dialect") or "chat", READERS["chat"])[0]
+    return [{**read(), "new": i >= earlier} for i, (_, read) in enumerate(read_request(request))]
 
 
 SHOWN_COLUMNS = (*CALL_COLUMNS, "path", "requested_model")

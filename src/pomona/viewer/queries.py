@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from pomona.benchmarks import leaderboard as board
 from pomona.benchmarks import metrics
-from pomona.viewer.conversation import jsonable, timeline
+from pomona.viewer.conversation import jsonable, sent_messages, timeline
 from pomona.viewer.index import StoreIndex
 
 LIVE_WINDOW_S = 120
@@ -275,31 +275,32 @@ def episode_row(index: StoreIndex, key: str) -> dict[str, Any] | None:
     return _plain(found.slice(found.num_rows - 1).to_pylist()[0]) if found.num_rows else None
 
 
-def call_rows(index: StoreIndex, key: str) -> list[dict[str, Any]]:
-    """The episode's calls, whole (bodies included), in the order they started. A file that
-    went away meanwhile (the store was compacted) means the index is stale: refresh, once."""
+def call_rows(index: StoreIndex, key: str, only: int | None = None) -> list[dict[str, Any]]:
+    """The episode's calls, whole (bodies included), in the order they started (or just call
+    number `only`). A file that went away meanwhile (the store was compacted) means the index is
+    stale: refresh, once."""
     try:
-        return _call_rows(index, key)
+        return _call_rows(index, key, only)
     except (FileNotFoundError, KeyError):
         index.refresh(force=True)
-        return _call_rows(index, key)
+        return _call_rows(index, key, only)
 
 
-def _call_rows(index: StoreIndex, key: str) -> list[dict[str, Any]]:
+def _call_rows(index: StoreIndex, key: str, only: int | None) -> list[dict[str, Any]]:
     calls = index.calls.data()
     found = calls.filter(pc.equal(calls["episode"], key))
     if found.num_rows == 0:
         return []
     found = found.sort_by([("started_at", "ascending"), ("sequence", "ascending")])
-    where = zip(found["_file"].to_pylist(), found["_offset"].to_pylist(), found["_row"].to_pylist(),
-                strict=True)  # fmt: skip
-    return index.calls.full_rows(list(where))
+    where = list(zip(found["_file"].to_pylist(), found["_offset"].to_pylist(),
+                     found["_row"].to_pylist(), strict=True))  # fmt: skip
+    return index.calls.full_rows(where if only is None else where[only : only + 1])
 
 
 def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
     """The episode's row, its timeline of calls and what the proxy measured over them."""
     row = episode_row(index, key)
-    items = _timeline(index, index.version, key, None)
+    items = _timeline(index, index.version, key)
     if row is None and not items:
         return None
     usage = [c.get("usage") or {} for c in items]
@@ -320,15 +321,17 @@ def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
 
 def call_messages(index: StoreIndex, key: str, n: int) -> list[dict[str, Any]] | None:
     """Every message call `n` of the episode sent (None when it has no such call)."""
-    items = _timeline(index, index.version, key, n)
-    return items[n]["messages"] if 0 <= n < len(items) else None
+    items = _timeline(index, index.version, key)
+    if not 0 <= n < len(items):
+        return None
+    return sent_messages(call_rows(index, key, only=n)[0], items[n]["earlier"])
 
 
-@lru_cache(maxsize=16)
-def _timeline(index: StoreIndex, version: int, key: str, full: int | None) -> list[dict[str, Any]]:
+@lru_cache(maxsize=8)
+def _timeline(index: StoreIndex, version: int, key: str) -> list[dict[str, Any]]:
     """An episode's timeline, kept for a few episodes per version of the store (the page and its
     folds ask for the same episode again and again; a new version makes a new key)."""
-    return timeline(call_rows(index, key), full)
+    return timeline(call_rows(index, key))
 
 
 def same_task(index: StoreIndex, key: str, limit: int = 200) -> list[dict[str, Any]]:
