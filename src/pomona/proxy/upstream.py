@@ -22,6 +22,7 @@ client leaves.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -96,7 +97,14 @@ class ProviderUpstream:
         self.passthrough = Passthrough()
 
     async def warm(self, call: UpstreamCall) -> None:
-        """Import LiteLLM (seconds) off the event loop, before any time limit runs."""
+        """Slow one-time set-up off the event loop, before any time limit runs: a
+        `transformers/<model dir>` route gets its local model server (local_model.py), a
+        translating route imports LiteLLM (seconds)."""
+        if call.route.provider == "transformers":
+            from pomona.proxy.local_model import served_route
+
+            served = await anyio.to_thread.run_sync(served_route, call.route)
+            call.route = dataclasses.replace(served, timeouts=call.route.timeouts)
         if call.route.path_for(call.dialect.name) != "passthrough":
             from pomona.proxy.translation import import_litellm
 
