@@ -52,6 +52,7 @@ class Values:
     workspace_storage_class: str | None = None
     snapshot_class: str | None = None
     sandbox_node_selector: dict[str, str] = field(default_factory=dict)
+    warm_pools: dict[str, int] = field(default_factory=dict)  # image -> ready pods kept to claim
     service_type: str = "ClusterIP"  # LoadBalancer to expose the API (put TLS in front)
 
     @classmethod
@@ -240,7 +241,14 @@ SANDBOX_RULES = [  # everything the orchestrator may do, and only in the sandbox
     {
         "apiGroups": [""],
         "resources": ["pods"],
-        "verbs": ["create", "get", "list", "watch", "delete"],
+        "verbs": [
+            "create",
+            "get",
+            "list",
+            "watch",
+            "delete",
+            "patch",
+        ],  # patch: claiming a pool pod
     },
     {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["create", "get"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
@@ -388,6 +396,7 @@ def _runtime_settings(v: Values) -> dict[str, str]:
         "POMONA_K8S_NODE_SELECTOR": json.dumps(v.sandbox_node_selector)
         if v.sandbox_node_selector
         else None,
+        "POMONA_K8S_WARM_POOLS": json.dumps(v.warm_pools) if v.warm_pools else None,
     }
     data.update({k: val for k, val in optional.items() if val})
     return data

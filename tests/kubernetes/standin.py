@@ -66,6 +66,16 @@ def _matches(labels: dict[str, str], selector: str | None) -> bool:
     return True
 
 
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -81,6 +91,7 @@ class StandIn:
         self.containers: dict[str, str] = {}
         self.policies: dict[str, dict[str, Any]] = {}
         self.received: list[dict[str, Any]] = []  # every object created, for the tests to inspect
+        self.versions = 0
         self.app = self._routes()
 
     # -- pods ---------------------------------------------------------------------------------
@@ -138,7 +149,10 @@ class StandIn:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
         self.received.append(pod)
         pod["metadata"].update(
-            uid=str(uuid.uuid4()), creationTimestamp=_now(), namespace=self.namespace
+            uid=str(uuid.uuid4()),
+            creationTimestamp=_now(),
+            namespace=self.namespace,
+            resourceVersion=self._version(),
         )
         self.pods[name] = pod
         dirs = self._volume_dirs(pod)
@@ -222,9 +236,33 @@ class StandIn:
             ]
         return pod
 
-    def delete_pod(self, name: str) -> JSONResponse:
+    def _version(self) -> str:
+        self.versions += 1
+        return str(self.versions)
+
+    def patch_pod(self, name: str, patch: dict[str, Any], content_type: str) -> JSONResponse:
+        """A JSON merge patch (RFC 7386); a resourceVersion in it must match, as on a real server."""
         if name not in self.pods:
             return _status(404, "NotFound", f'pods "{name}" not found')
+        if "merge-patch" not in content_type:
+            return _status(
+                415, "UnsupportedMediaType", f"the stand-in takes merge patches, not {content_type}"
+            )
+        pod = self.pods[name]
+        wanted = patch.get("metadata", {}).pop("resourceVersion", None)
+        if wanted is not None and wanted != pod["metadata"]["resourceVersion"]:
+            return _status(409, "Conflict", f'pods "{name}": the object has been modified')
+        _merge(pod, patch)
+        validate({k: v for k, v in pod.items() if k != "status"})
+        pod["metadata"]["resourceVersion"] = self._version()
+        return JSONResponse(pod)
+
+    def delete_pod(self, name: str, preconditions: dict[str, Any] | None = None) -> JSONResponse:
+        if name not in self.pods:
+            return _status(404, "NotFound", f'pods "{name}" not found')
+        wanted = (preconditions or {}).get("resourceVersion")
+        if wanted is not None and wanted != self.pods[name]["metadata"]["resourceVersion"]:
+            return _status(409, "Conflict", f'pods "{name}": precondition failed')
         pod = self.pods.pop(name)
         container_id = self.containers.pop(name, None)
         if container_id:
@@ -386,8 +424,16 @@ class StandIn:
             return JSONResponse(await asyncio.to_thread(self._with_status, name))
 
         @app.delete(pods + "/{name}")
-        async def delete_pod(namespace: str, name: str) -> JSONResponse:
-            return await asyncio.to_thread(self.delete_pod, name)
+        async def delete_pod(namespace: str, name: str, request: Request) -> JSONResponse:
+            body = await request.body()
+            preconditions = json.loads(body).get("preconditions") if body else None
+            return await asyncio.to_thread(self.delete_pod, name, preconditions)
+
+        @app.patch(pods + "/{name}")
+        async def patch_pod(namespace: str, name: str, request: Request) -> JSONResponse:
+            return self.patch_pod(
+                name, await request.json(), request.headers.get("content-type", "")
+            )
 
         @app.websocket(pods + "/{name}/exec")
         async def exec_(ws: WebSocket, namespace: str, name: str) -> None:

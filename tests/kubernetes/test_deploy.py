@@ -25,6 +25,7 @@ VARIANTS = {
         snapshot_class="csi",
         service_type="LoadBalancer",
         sandbox_node_selector={"pool": "sandboxes"},
+        warm_pools={"python:3.12": 4},
     ),
     "object-store": Values(
         trajectories="s3://runs/pomona",
@@ -85,7 +86,8 @@ def test_rbac_grants_nothing_outside_the_sandbox_namespace(variant):
             and "*" not in rule["apiGroups"]
         )
         assert set(rule["resources"]) <= allowed
-        assert not {"escalate", "bind", "impersonate", "update", "patch"} & set(rule["verbs"])
+        assert not {"escalate", "bind", "impersonate", "update"} & set(rule["verbs"])
+        assert "patch" not in rule["verbs"] or rule["resources"] == ["pods"]  # relabel a pool pod
     # the only pods that get a service-account token are the orchestrator's
     for workload in by_kind(objects, "Deployment") + by_kind(objects, "StatefulSet"):
         spec = workload["spec"]["template"]["spec"]
@@ -184,6 +186,7 @@ def test_runtime_settings_reach_the_runtime():
         "image-volume",
     )
     assert settings.node_selector == {"pool": "sandboxes"}
+    assert settings.warm_pools == {"python:3.12": 4}
 
 
 def test_the_command_line_and_the_checked_in_manifest_agree(tmp_path):

@@ -280,3 +280,43 @@ def test_the_payload_comes_from_the_tools_image_read_only(cluster, tmp_path):
             assert sandbox.exec("touch /opt/pomona/tools/x", user="root").exit_code != 0
     finally:
         subprocess.run(["docker", "rmi", "-f", "pomona-test/tools:1"], capture_output=True)
+
+
+def test_a_warm_pool_pod_is_claimed_then_refilled(cluster):
+    """A pool of ready pods per image: a sandbox of the pool's shape takes one (a conditional
+    patch, no pod start), the pool refills, other shapes start cold, and close removes what is
+    left unclaimed."""
+    from pomona.orchestrator.runtimes.kubernetes import objects
+
+    _, server, image, *_ = cluster
+
+    def pool() -> list[str]:
+        return [
+            n
+            for n, p in list(server.pods.items())
+            if objects.WARM_LABEL in p["metadata"].get("labels", {}) and n in server.containers
+        ]
+
+    def wait_for(condition, what: str) -> None:
+        deadline = time.monotonic() + 120
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+    pooled = runtime(cluster, "pool", warm_pools={image: 1})
+    with SandboxClient(pooled) as client:
+        wait_for(lambda: len(pool()) == 1, "the pool to fill")
+        (warm,) = pool()
+        wait_for(lambda: warm in pooled._made_warm, "the pool pod to be ready")
+        sandbox = client.create_sandbox(image, labels={"run": "warm"})
+        assert server.pods[warm]["metadata"]["annotations"][objects.ID_ANNOTATION] == sandbox.id
+        assert sandbox.exec("id -u; pwd").stdout == "1000\n/workspace\n"
+        assert [s.id for s in client.list_sandboxes({"run": "warm"})] == [sandbox.id]
+        assert warm not in server.policies and objects.pod_name(sandbox.id) in server.policies
+        wait_for(lambda: pool() and pool() != [warm], "the pool to refill")
+        cold = client.create_sandbox(image, memory="256Mi")  # another shape
+        assert objects.pod_name(cold.id) in server.pods
+        sandbox.delete()
+        cold.delete()
+        assert warm not in server.pods
+    assert pool() == [] and not [n for n in server.policies if "warm" in n]

@@ -51,6 +51,9 @@ class ChannelStream:
         )
         self.exited: asyncio.Future[int] = self.loop.create_future()
         self.opened: asyncio.Future[None] = self.loop.create_future()
+        self.opened.add_done_callback(
+            lambda f: f.cancelled() or f.exception()
+        )  # awaited only by PTYs
         self._connect, self._stdin = connect, stdin
         self._stop = threading.Event()
         self._ws: Any = None
@@ -96,6 +99,8 @@ class ChannelStream:
             if not self._stop.is_set():
                 self._settle(self.exited, exit_code(status))
         except BaseException as e:  # noqa: BLE001 - every failure reaches the awaiting side
+            if self._stop.is_set():
+                return  # closed under the pump: whoever closed it is not waiting for a result
             error = e if isinstance(e, SandboxFailed) else SandboxFailed(f"exec stream failed: {e}")
             self._settle(self.opened, error=error)
             self._settle(self.exited, error=error)

@@ -29,6 +29,7 @@ GROUP = "pomona.dev"
 APP_LABEL = "app.kubernetes.io/name"
 OWNER_LABEL = f"{GROUP}/owner"
 SANDBOX_LABEL = f"{GROUP}/sandbox"  # a hash of the id: ids may hold characters labels cannot
+WARM_LABEL = f"{GROUP}/warm"  # a pool pod, not yet a sandbox: the hash of its image
 ORIGIN_LABEL = (
     f"{GROUP}/origin"  # the snapshot a fork came from (hashed), so in-use checks can list
 )
@@ -84,6 +85,7 @@ class KubernetesSettings:
     )  # pods behind a gateway Service
     gateway_pod_port: int | None = None  # their container port, if not the Service's port
     dns_selector: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
+    warm_pools: dict[str, int] = field(default_factory=dict)  # image -> ready pods kept to claim
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
 import posixpath
 import secrets
@@ -80,6 +81,7 @@ START_ERRORS = (
 )
 FILE_TYPES = {statmod.S_IFREG: "file", statmod.S_IFDIR: "directory", statmod.S_IFLNK: "symlink"}
 ENV_PREFIX = "POMONA_K8S_"
+log = logging.getLogger("pomona.kubernetes")
 
 
 @dataclass
@@ -158,6 +160,8 @@ class KubernetesRuntime:
         )
         self.ready_timeout = ready_timeout
         self.sandboxes: dict[str, _Live] = {}
+        self._refilling: asyncio.Task | None = None
+        self._made_warm: dict[str, str] = {}  # pool pods this process made -> resourceVersion
         self.core, self.stream_core, self.custom, self._api = self._clients(
             api, kubeconfig, context
         )
@@ -248,9 +252,14 @@ class KubernetesRuntime:
         timeout (their creator died), and policies whose pod is gone."""
         ns = self.settings.namespace
         pods = await self._call(self.core.list_namespaced_pod, ns, label_selector=self._selector())
-        names = set()
+        selected = set()
         for pod in pods.items:
-            names.add(pod.metadata.name)
+            labels = pod.metadata.labels or {}
+            selected.add(labels.get(objects.SANDBOX_LABEL))
+            if objects.WARM_LABEL in labels:
+                if not self._container_running(pod):
+                    await self._remove(pod.metadata.name)
+                continue  # a pool pod: claimed by whoever creates a sandbox of its shape
             annotations = pod.metadata.annotations or {}
             try:
                 sandbox_id = annotations[objects.ID_ANNOTATION]
@@ -266,11 +275,12 @@ class KubernetesRuntime:
                 continue  # another process may still be creating it
             else:
                 await self._remove(pod.metadata.name)
+        self._refill()
         policies = await self._call(
             self.networking().list_namespaced_network_policy, ns, label_selector=self._selector()
         )
         for policy in policies.items:
-            if policy.metadata.name not in names:
+            if (policy.metadata.labels or {}).get(objects.SANDBOX_LABEL) not in selected:
                 await self._call(
                     self.networking().delete_namespaced_network_policy,
                     policy.metadata.name,
@@ -301,18 +311,20 @@ class KubernetesRuntime:
         return False
 
     async def close(self) -> None:
+        if self._refilling is not None:
+            self._refilling.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refilling
+        for name, version in list(self._made_warm.items()):
+            with contextlib.suppress(SandboxConflict, RuntimeUnavailable, SandboxFailed):
+                await self._delete_unclaimed(name, version)
         for api in (self.core, self.stream_core):
             with contextlib.suppress(Exception):
                 api.api_client.close()
 
     async def refresh(self, sandbox_id: str) -> bool:
         """Re-read one sandbox from the cluster: how replicas sharing an owner see each other's."""
-        pod = await self._call(
-            self.core.read_namespaced_pod,
-            objects.pod_name(sandbox_id),
-            self.settings.namespace,
-            missing_ok=True,
-        )
+        pod = await self._find(sandbox_id)
         labels = (pod.metadata.labels or {}) if pod else {}
         if (
             pod is None
@@ -407,6 +419,13 @@ class KubernetesRuntime:
         policy = objects.network_policy(sandbox_id, spec, self.settings, self.owner, route)
         ns, name = self.settings.namespace, pod["metadata"]["name"]
         await self._call(self.networking().create_namespaced_network_policy, ns, policy)
+        if snapshot is None and self._poolable(spec):
+            claimed = await self._claim(sandbox_id, spec, pod["metadata"], created_at)
+            if claimed is not None:
+                live = _Live(id=sandbox_id, pod=claimed, spec=spec, created_at=created_at)
+                live.shell = await self._detect_shell(live)
+                self.sandboxes[sandbox_id] = live
+                return live.info()
         try:
             await self._call(self.core.create_namespaced_pod, ns, pod)
         except SandboxConflict:
@@ -436,6 +455,134 @@ class KubernetesRuntime:
             raise
         self.sandboxes[sandbox_id] = live
         return live.info()
+
+    # -- warm pools ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _shape(spec: SandboxSpec) -> dict[str, Any]:
+        """What a pod is made of: the spec less what only metadata holds (labels, TTL)."""
+        return spec.model_dump(exclude={"labels", "timeout"})
+
+    def _poolable(self, spec: SandboxSpec) -> bool:
+        return self.settings.warm_pools.get(spec.image, 0) > 0 and self._shape(spec) == self._shape(
+            SandboxSpec(image=spec.image)
+        )
+
+    async def _claim(
+        self, sandbox_id: str, spec: SandboxSpec, metadata: dict[str, Any], created_at: float
+    ) -> str | None:
+        """Turn a ready pool pod into this sandbox: one patch that relabels it, conditional on
+        its resourceVersion, so two replicas never claim the same pod. None: none was free."""
+        ns = self.settings.namespace
+        pool = await self._call(
+            self.core.list_namespaced_pod,
+            ns,
+            label_selector=self._selector(**{objects.WARM_LABEL: objects.id_hash(spec.image)}),
+        )
+        for pod in pool.items:
+            if pod.metadata.deletion_timestamp or not self._container_running(pod):
+                continue
+            labels = {k: None for k in (pod.metadata.labels or {}) if k not in metadata["labels"]}
+            patch = {
+                "metadata": {
+                    "resourceVersion": pod.metadata.resource_version,
+                    "labels": {**labels, **metadata["labels"]},
+                    "annotations": metadata["annotations"],
+                }
+            }
+            try:
+                await self._call(
+                    self.core.patch_namespaced_pod,
+                    pod.metadata.name,
+                    ns,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+            except SandboxConflict:
+                continue  # another replica claimed it first
+            self._made_warm.pop(pod.metadata.name, None)
+            await self._call(
+                self.networking().delete_namespaced_network_policy,
+                pod.metadata.name,
+                ns,
+                missing_ok=True,
+            )  # the pool's policy: it selects nothing now
+            self._refill()
+            return pod.metadata.name
+        self._refill()
+        return None
+
+    def _refill(self) -> None:
+        """Top every pool up in the background (one pod at a time; a failure waits for the next
+        claim or start to try again)."""
+        if self.settings.warm_pools and (self._refilling is None or self._refilling.done()):
+            self._refilling = asyncio.create_task(self._fill_pools())
+
+    async def _fill_pools(self) -> None:
+        ns = self.settings.namespace
+        for image, size in self.settings.warm_pools.items():
+            selector = self._selector(**{objects.WARM_LABEL: objects.id_hash(image)})
+            while (
+                len(
+                    (
+                        await self._call(self.core.list_namespaced_pod, ns, label_selector=selector)
+                    ).items
+                )
+                < size
+            ):
+                try:
+                    await self._make_warm(image)
+                except (SandboxFailed, ImageNotFound, InvalidRequest, RuntimeUnavailable) as e:
+                    log.warning("warm pool for %s: %s", image, e)
+                    return
+
+    async def _make_warm(self, image: str) -> None:
+        warm_id = f"warm-{secrets.token_hex(6)}"
+        spec = SandboxSpec(image=image)
+        pod = objects.sandbox_pod(warm_id, spec, self.settings, self.owner, time.time())
+        pod["metadata"]["labels"][objects.WARM_LABEL] = objects.id_hash(image)
+        ns, name = self.settings.namespace, pod["metadata"]["name"]
+        await self._call(
+            self.networking().create_namespaced_network_policy,
+            ns,
+            objects.network_policy(warm_id, spec, self.settings, self.owner),
+        )
+        await self._call(self.core.create_namespaced_pod, ns, pod)
+        try:
+            await self._wait_running(name)
+            live = _Live(id=warm_id, pod=name, spec=spec, created_at=time.time())
+            live.shell = await self._detect_shell(live)
+            await self._setup_dirs(live)
+            ready = await self._call(self.core.read_namespaced_pod, name, ns)
+            self._made_warm[name] = ready.metadata.resource_version
+        except BaseException:
+            await asyncio.shield(self._remove(name))
+            raise
+
+    async def _delete_unclaimed(self, name: str, version: str) -> None:
+        """Delete a pool pod only if it is still the one we made (unclaimed: same version)."""
+        from kubernetes import client
+
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(resource_version=version)
+        )
+        if (
+            await self._call(
+                self.core.delete_namespaced_pod,
+                name,
+                self.settings.namespace,
+                body=options,
+                missing_ok=True,
+            )
+            is not None
+        ):
+            await self._call(
+                self.networking().delete_namespaced_network_policy,
+                name,
+                self.settings.namespace,
+                missing_ok=True,
+            )
+        self._made_warm.pop(name, None)
 
     async def _wait_running(self, name: str) -> None:
         """Poll the pod until its sandbox container runs; fail early on errors that do not heal."""
@@ -512,7 +659,7 @@ class KubernetesRuntime:
                 f"could not prepare the sandbox's directories: {done.err.decode(errors='replace')}"
             )
 
-    async def _remove(self, name: str) -> bool:
+    async def _remove(self, name: str, policy: str | None = None) -> bool:
         ns = self.settings.namespace
         pod = await self._call(
             self.core.delete_namespaced_pod,
@@ -522,15 +669,29 @@ class KubernetesRuntime:
             propagation_policy="Background",
             missing_ok=True,
         )
-        policy = await self._call(
-            self.networking().delete_namespaced_network_policy, name, ns, missing_ok=True
+        removed_policy = await self._call(
+            self.networking().delete_namespaced_network_policy, policy or name, ns, missing_ok=True
         )
-        return pod is not None or policy is not None
+        return pod is not None or removed_policy is not None
 
     async def delete(self, sandbox_id: str) -> bool:
         live = self.sandboxes.pop(sandbox_id, None)
-        removed = await self._remove(live.pod if live else objects.pod_name(sandbox_id))
+        if live is None and (found := await self._find(sandbox_id)) is not None:
+            live = self._live_from(found)
+        name = live.pod if live else objects.pod_name(sandbox_id)
+        removed = await self._remove(name, policy=objects.pod_name(sandbox_id))
         return removed or live is not None
+
+    async def _find(self, sandbox_id: str) -> Any:
+        """The pod of a sandbox, by its label (a claimed pool pod keeps its own name)."""
+        found = await self._call(
+            self.core.list_namespaced_pod,
+            self.settings.namespace,
+            label_selector=self._selector(**{objects.SANDBOX_LABEL: objects.id_hash(sandbox_id)}),
+        )
+        return next(
+            (p for p in found.items if objects.WARM_LABEL not in (p.metadata.labels or {})), None
+        )
 
     async def list(self) -> list[SandboxInfo]:
         return [live.info() for live in self.sandboxes.values()]
