@@ -93,7 +93,9 @@ class Policy:
             return neutral.render(dialect, Action(text=self.side_text), model, body)
         with self._lock:
             if self._closed:
-                raise PolicyError(503, "the policy episode is over; no policy will answer")
+                raise PolicyError(
+                    503, "the policy episode is over; no policy will answer", "policy_closed"
+                )
             call = HeldCall(
                 self._count,
                 dialect.name,
@@ -110,9 +112,11 @@ class Policy:
             action = await asyncio.wait_for(asyncio.wrap_future(call._reply), self.timeout)
         except TimeoutError:
             self.expired.append(call.sequence)
-            raise PolicyError(504, f"the policy did not answer within {self.timeout:g} s") from None
+            raise PolicyError(
+                504, f"the policy did not answer within {self.timeout:g} s", "upstream_timeout"
+            ) from None
         except CallExpired as e:
-            raise PolicyError(503, str(e)) from None
+            raise PolicyError(503, str(e), "policy_closed") from None
         finally:
             with self._lock:
                 self._held.pop(call.sequence, None)
