@@ -138,12 +138,15 @@ def test_a_torn_tail_is_skipped_until_it_is_whole(tmp_path: Path, serve: Any) ->
     writer.write(call_row("e", 1))
     writer.close()
     whole = writer.path.read_bytes()
-    cut = whole[: len(whole) - 8 - 40]  # the second batch loses its end (and the EOS marker)
-    writer.path.write_bytes(cut)
+    dead = tmp_path / "calls-20200101T000000-999999999-deadbeef.arrows"  # no such writer pid
+    writer.path.rename(dead)
+    dead.write_bytes(whole[: len(whole) - 8 - 40])  # the second batch loses its end, and EOS
     api = serve(tmp_path)
-    assert api.get("/api/overview").json()["calls"] == 1
-    writer.path.write_bytes(whole)  # the writer finished its row after all
-    assert api.get("/api/overview").json()["calls"] == 2
+    torn = api.get("/api/overview").json()
+    assert torn["calls"] == 1 and torn["torn_files"] == [dead.name]
+    dead.write_bytes(whole)  # the rest of the row arrives after all
+    whole_again = api.get("/api/overview").json()
+    assert whole_again["calls"] == 2 and whole_again["torn_files"] == []
 
 
 def test_older_files_without_newer_columns(tmp_path: Path, serve: Any) -> None:

@@ -315,6 +315,12 @@ class StoreIndex:
 
         return self.cached("episode_rows", compute)
 
+    def torn_files(self) -> list[str]:
+        """Files that end in a partial record although no live writer is finishing it (their
+        writer died mid-write): their whole rows are shown, the torn tail is not."""
+        files = [*self.episodes.files.values(), *self.calls.files.values()]
+        return sorted(s.path.name for s in files if s.torn and not s.live)
+
     def live_writers(self) -> set[int]:
         """Writer processes of this store that are still appending."""
         return {

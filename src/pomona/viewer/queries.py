@@ -355,5 +355,6 @@ def overview(index: StoreIndex) -> dict[str, Any]:
         "episodes": index.episodes.data().num_rows,
         "calls": index.calls.data().num_rows,
         "live_writers": sorted(index.live_writers()),
+        "torn_files": index.torn_files(),
         "in_flight": in_flight(index),
     }

@@ -26,9 +26,15 @@ function inFlight(items) {
       link("/episode", { key: i.episode }, i.episode), ` · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
 }
 
-watch(async () => {
+function torn(files) {
+  if (!files.length) return null;
+  return el("p", { class: "error", role: "note" }, `${files.length} file(s) end in a partial record: a writer died mid-write. `,
+    "Their whole rows are shown; the torn tail is skipped: ", files.join(", "));
+}
+
+watch(async (overview) => {
   const data = await api("/api/runs");
   setStatus(data.runs.length ? `${data.runs.length} run(s)` : "No runs recorded yet in this store.");
-  replace("content", inFlight(data.in_flight),
+  replace("content", torn(overview.torn_files), inFlight(data.in_flight),
     data.runs.length ? sortableTable(columns, data.runs, "Runs, newest first; click a heading to sort") : null);
 });
