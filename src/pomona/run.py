@@ -123,7 +123,7 @@ def run_benchmark(benchmark: str, harness: str | None = None, model: str = DEFAU
                 benchmark, tasks, harness, model, k=k, link=link, runtime=client_runtime(runtime),
                 state_dir=state_dir, run_id=run_id, trajectories=trajectories,
                 concurrency=concurrency, judge_model=judge, judge_prompts=judge_prompts,
-                on_episode=bar.update)
+                on_episode=bar.update, timeout=timeout)
         else:
             records = asyncio.run(rollout(
                 tasks, harness, model, n=k, concurrency=concurrency, proxy=link,

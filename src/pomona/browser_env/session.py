@@ -28,6 +28,7 @@ from pomona.browser_env.chromium import Chromium, ChromiumOptions
 from pomona.browser_env.errors import ActionError, BrowserCrashed, BrowserInfraError, PageHung
 from pomona.orchestrator.errors import PomonaError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
+from pomona.orchestrator.types import Mount
 
 SEARCH_HOME = "http://search.pomona.test/"
 NAVIGATION_RETRIES = 5  # where `Google` goes: the local web's search page
@@ -64,6 +65,8 @@ class SessionOptions:
     chromium: ChromiumOptions = field(default_factory=ChromiumOptions)
     image: str = "host"
     network: str = "none"  # the page reaches only the sandbox's own loopback
+    gateway: str | None = None  # network="gateway": the model proxy, for a harness that browses
+    mounts: tuple[Mount, ...] = ()  # e.g. the harness payload
     page_timeout: float = 30.0  # seconds for a page to load or answer
     settle: float = 0.3  # seconds to let a page react after an action (WebVoyager sleeps 3-5)
     memory: str | None = "2Gi"
@@ -131,6 +134,8 @@ class BrowserSession:
             self.sandbox = self.client.create_sandbox(
                 o.image,
                 network=o.network,
+                gateway=o.gateway,
+                mounts=list(o.mounts),
                 timeout=o.ttl,
                 memory=o.memory,
                 pids=o.pids,

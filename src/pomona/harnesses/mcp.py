@@ -106,6 +106,9 @@ def codex_toml(servers: Iterable[McpServer]) -> str:
             fields = {"command": s.command[0], "args": list(s.command[1:]), "env": dict(s.env)}
         else:
             fields = {"url": s.url, "http_headers": dict(s.headers)}
+        # `codex exec` 0.171 otherwise starts its first turn before a server has listed its
+        # tools, so they are never offered; required servers are waited for (or fail the run)
+        fields["required"] = True
         body = "".join(f"{k} = {_toml(v)}\n" for k, v in fields.items())
         tables.append(f"\n[mcp_servers.{json.dumps(s.name)}]\n{body}")
     return "".join(tables)

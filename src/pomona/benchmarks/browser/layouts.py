@@ -55,3 +55,25 @@ def write_mind2web(
     }
     (folder / "result.json").write_text(json.dumps(result, indent=1))
     return folder
+
+
+def webvoyager_messages(
+    task: str, web: str, steps: list[dict[str, Any]], answer: str | None
+) -> list[dict[str, Any]]:
+    """A harness's browsing (it has no WebVoyager conversation of its own) as the chat messages
+    WebVoyager's evaluator reads: the task in message [1] in its shape, one assistant turn per
+    action, and the answer as the last `Action: ANSWER; ...`."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "A web agent's actions, recorded by Pomona."},
+        {"role": "user", "content": f"Now given a task: {task} Please interact with {web} and get the answer."},
+    ]  # fmt: skip
+    for step in steps:
+        thought = step.get("thought") or ""
+        messages.append(
+            {"role": "assistant", "content": f"Thought: {thought}\nAction: {step['action']}"}
+        )
+    if answer is not None:
+        messages.append(
+            {"role": "assistant", "content": f"Thought: done.\nAction: ANSWER; {answer}"}
+        )
+    return messages

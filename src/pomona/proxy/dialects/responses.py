@@ -22,6 +22,14 @@ class Responses(Dialect):
                 continue
             if t.get("type") == "function" and t.get("name"):
                 out.append(Tool(t["name"], t.get("parameters") or {}))
+            elif t.get("type") == "namespace" and t.get("name"):
+                # Codex 0.171 groups an MCP server's tools: {"type": "namespace", "name":
+                # "mcp__SRV", "tools": [functions]}; offered here under their joined names
+                out += [
+                    Tool(f"{t['name']}__{f['name']}", f.get("parameters") or {})
+                    for f in t.get("tools") or []
+                    if isinstance(f, dict) and f.get("type") == "function" and f.get("name")
+                ]
             elif t.get("type") == "local_shell":
                 out.append(Tool("local_shell", {}, kind="local_shell"))
         return out
@@ -59,7 +67,7 @@ class Responses(Dialect):
                 "type": "function_call",
                 "id": new_id("fc_", 8),
                 "call_id": new_id("call_", 8),
-                "name": call.name,
+                **_namespaced(call.name, body),
                 "arguments": json.dumps(call.arguments),
                 "status": "completed",
             }
@@ -167,3 +175,13 @@ def _item_events(ev: Any, idx: int, item: dict[str, Any]) -> Iterator[bytes]:
     else:
         yield ev("response.output_item.added", output_index=idx, item=item)
     yield ev("response.output_item.done", output_index=idx, item=item)
+
+
+def _namespaced(name: str, body: dict[str, Any]) -> dict[str, str]:
+    """A call of a namespaced tool names the tool and its namespace apart, as the API does."""
+    for t in body.get("tools") or []:
+        if isinstance(t, dict) and t.get("type") == "namespace" and t.get("name"):
+            prefix = f"{t['name']}__"
+            if name.startswith(prefix):
+                return {"name": name.removeprefix(prefix), "namespace": t["name"]}
+    return {"name": name}
