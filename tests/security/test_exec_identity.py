@@ -42,13 +42,18 @@ def test_a_recycled_pid_never_runs_a_command_in_another_sandbox(local_client):
         assert b.exec("hostname").stdout.strip() == b.id  # B is untouched
 
 
-@pytest.mark.parametrize("transport", ["local", "http"])
-def test_root_inside_killing_the_idle_process_makes_the_sandbox_failed(request, transport):
-    client = request.getfixturevalue("local_client" if transport == "local" else "remote_client")
-    sb = client.create_sandbox("host", user="root")
+@pytest.mark.parametrize("transport", ["local", "docker", "http"])
+def test_root_inside_killing_every_process_makes_the_sandbox_failed(request, transport):
+    if transport == "docker":
+        from tests.images import debian_image
+
+        client, image = request.getfixturevalue("docker_client"), debian_image()
+    else:
+        client, image = request.getfixturevalue(f"{'local' if transport == 'local' else 'remote'}_client"), "host"
+    sb = client.create_sandbox(image, user="root")
     try:
         with contextlib.suppress(PomonaError):  # the exec dies with the sandbox
-            sb.exec("kill -9 2", timeout=60)  # the idle process; the sandbox's init follows it
+            sb.exec("kill -9 -1", timeout=60)  # all but the init, which exits with its last child
         for _ in range(1200):  # its init is gone within moments; the bound is only a backstop
             if sb.refresh().status == "failed":
                 break

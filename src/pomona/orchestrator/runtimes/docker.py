@@ -63,7 +63,7 @@ from pomona.orchestrator.errors import (
 )
 from pomona.orchestrator.linux.netns import Gateway, open_connection_in
 from pomona.orchestrator.linux.safefs import normalize
-from pomona.orchestrator.linux.syscalls import alive, start_time
+from pomona.orchestrator.linux.syscalls import alive, exited, start_time
 from pomona.orchestrator.runtime import collect
 from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.sources import ImageSources, registry_host
@@ -106,14 +106,28 @@ class _Live:
     gnu_find: bool | None = None  # learned on the first listing
     gateway: Gateway | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pidfd: int | None = None  # the container's init, on a host-local engine
 
     @property
     def uid(self) -> int:
         return 0 if self.spec.user == "root" else SANDBOX_UID
 
+    @property
+    def dead(self) -> bool:
+        return self.pidfd is not None and exited(self.pidfd)
+
     def info(self, runtime: str) -> SandboxInfo:
+        if self.dead:
+            return SandboxInfo(id=self.id, runtime=runtime, status="failed", spec=self.spec,
+                               created_at=self.created_at, snapshot=self.snapshot,
+                               message="the sandbox's init process died")
         return SandboxInfo(id=self.id, runtime=runtime, status="ready", spec=self.spec,
                            created_at=self.created_at, snapshot=self.snapshot)
+
+    def release(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 @dataclass
@@ -360,6 +374,7 @@ class DockerRuntime:
                          pid=int(container.attrs["State"]["Pid"]),
                          snapshot=labels.get("pomona.origin") or None)
             try:
+                await self._hold(live)
                 await self._prepare(live)
             except Exception:
                 await self._remove_container(container.id)
@@ -371,8 +386,23 @@ class DockerRuntime:
             if live.gateway:
                 await live.gateway.close()
                 live.gateway = None
+            live.release()
         with contextlib.suppress(Exception):
             self.client.close()
+
+    async def _hold(self, live: _Live) -> None:
+        """A pidfd on the container's init while the engine says that very pid runs it: from then
+        on a dead init shows as `failed`, never `ready`. (A remote engine's pids are not ours.)"""
+        try:
+            pidfd = os.pidfd_open(live.pid)
+        except OSError:
+            return
+        state = (await self._call(self.api.inspect_container, live.container_id)).get("State") or {}
+        if state.get("Running") and int(state.get("Pid") or 0) == live.pid:
+            live.pidfd = pidfd
+        else:
+            os.close(pidfd)
+            raise SandboxFailed(f"sandbox {live.id!r}: its container stopped while it was being started")
 
     async def _call(self, fn, *args, **kwargs):
         """A blocking SDK call, off the event loop."""
@@ -452,11 +482,14 @@ class DockerRuntime:
                                     f"{state.get('Error') or logs or 'the image needs a `sleep` command'}")
             live = _Live(id=sandbox_id, container_id=container.id, spec=spec, created_at=created_at,
                          pid=int(state["Pid"]), snapshot=snapshot.id if snapshot else None)
+            await self._hold(live)
             await self._setup_dirs(live)
             await self._prepare(live)
         except BaseException as e:
             if live and live.gateway:
                 await live.gateway.close()
+            if live:
+                live.release()
             await asyncio.shield(self._remove_container(container.id))
             if isinstance(e, SandboxFailed | InvalidRequest | asyncio.CancelledError):
                 raise
@@ -529,6 +562,8 @@ class DockerRuntime:
 
     async def delete(self, sandbox_id: str) -> bool:
         live = self.sandboxes.pop(sandbox_id, None)
+        if live:
+            live.release()
         if live and live.gateway:
             await live.gateway.close()
         removed = await self._remove_container(live.container_id if live else self._name(sandbox_id))
@@ -541,6 +576,8 @@ class DockerRuntime:
         live = self.sandboxes.get(sandbox_id)
         if live is None:
             raise SandboxNotFound(sandbox_id)
+        if live.dead:
+            raise SandboxConflict(f"sandbox {sandbox_id!r} has failed (its init process died); delete it")
         return live
 
     # -- exec ---------------------------------------------------------------------------------
