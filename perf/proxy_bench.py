@@ -357,7 +357,7 @@ def main() -> int:
                 "calls/s",
                 "pomona, pass-through hop",
                 rate_pass,
-                f"{recorded} of {2 * args.load} calls recorded",
+                f"{recorded} of {2 * args.load + hops} calls recorded",
             )
         )
         rows.append(("CPU ms per call", "upstream (scripted model)", cpu_up, "for scale"))
