@@ -3,8 +3,13 @@ tails, older files without newer columns, compacted Parquet, hostile artifact pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -267,3 +272,33 @@ def test_a_store_that_does_not_exist_yet(tmp_path: Path, serve: Any) -> None:
     with TrajectoryWriter(tmp_path / "later", "episodes") as w:
         w.write(episode_row("e", "t", 0))
     assert len(api.get("/api/runs").json()["runs"]) == 1
+
+
+def test_the_command_line_serves_and_says_when_its_port_is_taken(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "pomona.cli",
+        "view",
+        str(tmp_path / "runs"),
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "does not exist yet" in proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in proc.stdout.readline()  # printed once listening
+        for _ in range(600):  # the app finishes starting
+            with contextlib.suppress(httpx.TransportError):
+                overview = httpx.get(f"http://127.0.0.1:{port}/api/overview", timeout=30).json()
+                break
+            time.sleep(0.1)
+        assert overview["episodes"] == 0
+        taken = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert taken.returncode == 2 and "choose another --port" in taken.stderr
+    finally:
+        proc.terminate()
+        proc.wait(60)

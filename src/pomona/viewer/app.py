@@ -17,6 +17,8 @@ import contextlib
 import ipaddress
 import json
 import os
+import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -220,14 +222,34 @@ def add_view_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     return p
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket, so a taken port is said plainly before anything is served."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def _run_view(args: argparse.Namespace) -> int:
     import uvicorn
 
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as e:
+        print(f"pomona view: cannot listen on {args.host}:{args.port} ({e.strerror or e}); "
+              "choose another --port", file=sys.stderr)  # fmt: skip
+        return 2
     if not _loopback(args.host):
         print(f"warning: serving {args.host}: anyone who reaches it can read every trajectory")
     directory = args.runs_dir.resolve()
     if not directory.is_dir():
         print(f"{directory} does not exist yet: its runs will show once it does")
-    print(f"pomona view: http://{args.host}:{args.port}/  ({directory})")
-    uvicorn.run(create_app(directory), host=args.host, port=args.port, log_level="warning")
+    print(f"pomona view: http://{args.host}:{args.port}/  ({directory})", flush=True)
+    config = uvicorn.Config(create_app(directory), log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
