@@ -12,6 +12,7 @@ here; the env is a Python venv. Everything else (git, the repository, pytest) is
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -30,36 +31,48 @@ conda() {
 NODE = Path("/var/cache/pomona/tools/node/bin/node")
 
 
+def context(
+    ctx: Path, instance: dict[str, Any], extra: tuple[str, ...] = (), node: bool = False
+) -> Path:
+    """A build context (Dockerfile and files) for the official-layout image of a bundled local
+    instance. The bundle is named source.bundle: a task directory holding it is not a
+    Pomona host-image task."""
+    (ctx / "conda" / "bin").mkdir(parents=True)
+    (ctx / "conda" / "bin" / "activate").write_text(ACTIVATE)
+    (ctx / "pytest.tar").write_bytes(pytools.packages_tar())
+    (ctx / "source.bundle").write_bytes(swebench.bundle_of(instance).read_bytes())
+    (ctx / "test.patch").write_text(instance["test_patch"])
+    lines = [
+        f"FROM {debian_image()}",
+        "COPY conda /opt/miniconda3",
+        "RUN python3 -m venv --without-pip /opt/miniconda3/envs/testbed",
+        "COPY pytest.tar /tmp/pytest.tar",
+        "RUN tar -C /opt/miniconda3/envs/testbed/lib/python3.11/site-packages -xf /tmp/pytest.tar"
+        " && rm /tmp/pytest.tar",
+        "RUN printf '#!/opt/miniconda3/envs/testbed/bin/python\\nimport sys\\nfrom pytest import"
+        " console_main\\nsys.exit(console_main())\\n' > /opt/miniconda3/envs/testbed/bin/pytest"
+        " && chmod +x /opt/miniconda3/envs/testbed/bin/pytest",
+        "COPY source.bundle test.patch /tmp/",
+        f"RUN git clone -q /tmp/source.bundle /testbed && cd /testbed && git checkout -q "
+        f"{instance['base_commit']} && git remote remove origin && rm /tmp/source.bundle",
+        # the repository installed in develop mode, as swebench's images `pip install -e .` it
+        "RUN cd /testbed && (test -d src && echo /testbed/src || echo /testbed) >"
+        " /opt/miniconda3/envs/testbed/lib/python3.11/site-packages/testbed.pth",
+        "WORKDIR /testbed",
+    ]
+    if node:
+        shutil.copy(NODE, ctx / "node")  # with its mode: executable
+        lines.insert(1, "COPY node /usr/local/bin/node")
+    (ctx / "Dockerfile").write_text("\n".join([*lines, *extra]) + "\n")
+    return ctx
+
+
 def build(
     tag: str, instance: dict[str, Any], extra: tuple[str, ...] = (), node: bool = False
 ) -> str:
     """The official-layout image for a bundled local instance, tagged `tag` in the engine."""
     with tempfile.TemporaryDirectory(prefix="pomona-official-") as d:
-        ctx = Path(d)
-        (ctx / "conda" / "bin").mkdir(parents=True)
-        (ctx / "conda" / "bin" / "activate").write_text(ACTIVATE)
-        (ctx / "pytest.tar").write_bytes(pytools.packages_tar())
-        (ctx / "repo.bundle").write_bytes(swebench.bundle_of(instance).read_bytes())
-        (ctx / "test.patch").write_text(instance["test_patch"])
-        lines = [
-            f"FROM {debian_image()}",
-            "COPY conda /opt/miniconda3",
-            "RUN python3 -m venv --without-pip /opt/miniconda3/envs/testbed",
-            "COPY pytest.tar /tmp/pytest.tar",
-            "RUN tar -C /opt/miniconda3/envs/testbed/lib/python3.11/site-packages -xf /tmp/pytest.tar"
-            " && rm /tmp/pytest.tar",
-            "RUN printf '#!/opt/miniconda3/envs/testbed/bin/python\\nimport sys\\nfrom pytest import"
-            " console_main\\nsys.exit(console_main())\\n' > /opt/miniconda3/envs/testbed/bin/pytest"
-            " && chmod +x /opt/miniconda3/envs/testbed/bin/pytest",
-            "COPY repo.bundle test.patch /tmp/",
-            f"RUN git clone -q /tmp/repo.bundle /testbed && cd /testbed && git checkout -q "
-            f"{instance['base_commit']} && git remote remove origin && rm /tmp/repo.bundle",
-            "WORKDIR /testbed",
-        ]
-        if node:
-            (ctx / "node").write_bytes(NODE.read_bytes())
-            lines.insert(1, "COPY node /usr/local/bin/node")
-        (ctx / "Dockerfile").write_text("\n".join([*lines, *extra]) + "\n")
+        ctx = context(Path(d), instance, extra, node)
         subprocess.run(
             ["docker", "build", "-q", "-t", tag, str(ctx)], check=True, capture_output=True
         )

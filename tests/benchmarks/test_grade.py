@@ -290,18 +290,13 @@ def test_every_dataset_shape_grades(
     (instance,) = swe_datasets.load(str(path)).instances
     assert instance["pomona_shape"] == shape
     iid = instance["instance_id"]
-    for name, code in (("gold", 0), ("wrong", 1)):
-        patch = instance["patch"] if name == "gold" else patch_of("wrong")
-        preds = write_preds(tmp_path / f"{name}.jsonl", iid, name, patch)
-        assert cli_grade(tmp_path, path, preds, state_dir, run_id=name) == code, (dataset, name)
-        log_dir = swebench.log_dir_for(tmp_path, name, name, iid)
-        assert json.loads((log_dir / "report.json").read_text()) == swebench.regrade(
-            instance, log_dir
-        )
-        ours = json.loads((tmp_path / f"{name}.{name}.json").read_text())
-        assert ours == swebench_run_report(
-            tmp_path, swebench.load_predictions(preds), [instance], name
-        )
+    preds = write_preds(tmp_path / "gold.jsonl", iid, "gold", instance["patch"])
+    assert cli_grade(tmp_path, path, preds, state_dir, run_id="r") == 0, dataset
+    log_dir = swebench.log_dir_for(tmp_path, "r", "gold", iid)
+    assert json.loads((log_dir / "report.json").read_text()) == swebench.regrade(instance, log_dir)
+    ours = json.loads((tmp_path / "gold.r.json").read_text())
+    assert ours == swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
+    assert ours["resolved_ids"] == [iid]
 
 
 def test_gold_predictions_and_bad_input(tmp_path: Path, state_dir: str, capsys: Any) -> None:
@@ -373,3 +368,102 @@ def test_an_instances_own_agent_timeout_is_the_tasks() -> None:
     task = swebench.to_task({**LOCAL[IID], swebench.AGENT_TIMEOUT: 42})
     assert task.agent_timeout(600) == 42.0
     assert swebench.to_task(LOCAL[IID]).agent_timeout(600) == 600.0
+
+
+ML = {i["instance_id"]: i for i in swebench.load_instances(swe_tasks.MULTILINGUAL_DATA)}
+
+
+def test_a_multilingual_dataset_grades(state_dir: str, tmp_path: Path) -> None:
+    """Multilingual's shape: 5.x rows without environment_setup_commit, a non-Python log
+    parser (TAP), an image holding Node: graded like the Python ones, reports equal swebench's."""
+    from swebench.task.checks import expected_image
+
+    inst = ML["fastify__forwarded-1"]
+    image = official.build(expected_image(inst["instance_id"]), inst, node=True)
+    row = {
+        k: v
+        for k, v in inst.items()
+        if k not in (swebench.TASK_DIR_KEY, swebench.TEST_DEPENDENCIES, swebench.TOOLCHAINS)
+    }
+    path = _parquet(tmp_path / "multilingual.parquet", [{**row, "image": image}])
+    (instance,) = swe_datasets.load(str(path)).instances
+    assert instance["log_parser"] == "parse_log_tap" and swebench.user_of(instance) == "root"
+    iid = instance["instance_id"]
+    preds = write_preds(tmp_path / "gold.jsonl", iid, "gold", inst["patch"])
+    assert cli_grade(tmp_path, path, preds, state_dir, run_id="r") == 0
+    log_dir = swebench.log_dir_for(tmp_path, "r", "gold", iid)
+    assert json.loads((log_dir / "report.json").read_text()) == swebench.regrade(instance, log_dir)
+    assert "TAP version" in (log_dir / "test_output.txt").read_text()
+    ours = json.loads((tmp_path / "gold.r.json").read_text())
+    assert ours == swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
+
+
+def test_build_images_builds_from_the_task_repos_dockerfile(
+    state_dir: str, tmp_path: Path, capsys: Any
+) -> None:
+    import subprocess
+
+    from swebench.task.checks import check_task_repo, errors, expected_image
+    from swebench.task.repo import dump_tests, dump_yaml
+
+    inst = LOCAL["pytoolz__toolz-1"]
+    iid, image = inst["instance_id"], expected_image(inst["instance_id"])
+    repo = tmp_path / "repo"
+    task = repo / "tasks" / iid
+    task.mkdir(parents=True)
+    official.context(task, inst)  # the task's Dockerfile builds swebench's layout
+    (repo / "sweb.yaml").write_text(dump_yaml({"datasets": ["me/built"], "splits": ["test"]}))
+    meta = {
+        k: inst[k]
+        for k in (
+            "instance_id",
+            "repo",
+            "version",
+            "base_commit",
+            "log_parser",
+            "eval_type",
+            "created_at",
+        )
+    }
+    (task / "task.yaml").write_text(
+        dump_yaml({**meta, "split": "test", "datasets": ["me/built"], "image": image})
+    )
+    (task / "tests.json").write_text(
+        dump_tests({k: inst[k] for k in ("FAIL_TO_PASS", "PASS_TO_PASS")})
+    )
+    (task / "eval.sh").write_text(official.official_row(inst, image)["eval_script"])
+    for name, key in (
+        ("gold.patch", "patch"),
+        ("test.patch", "test_patch"),
+        ("problem_statement.md", "problem_statement"),
+    ):
+        (task / name).write_text(inst[key])
+    assert errors(check_task_repo(repo)) == []
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+    assert cli_grade(tmp_path, repo, "gold", state_dir, run_id="nobuild") == grading.EXIT_NOT_GRADED
+    assert "pass --build-images to build it from the task repo" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "grade",
+                "-d",
+                str(repo),
+                "-p",
+                "gold",
+                "--run-id",
+                "built",
+                "--build-images",
+                "--log-root",
+                str(tmp_path),
+                "--report-dir",
+                str(tmp_path),
+                "--state-dir",
+                state_dir,
+            ]
+        )
+        == 0
+    )
+    assert f"building {image}" in capsys.readouterr().err
+    assert (
+        subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    )
