@@ -204,6 +204,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")
     print("\nthis run:")
     print(leaderboard.format_table(result.summaries))
+    if args.judge and args.benchmark in registry.BROWSER:
+        from pomona.benchmarks.browser.runner import judge_agreement
+
+        print(f"\njudge-oracle agreement: {judge_agreement(result.records)} (verdicts in "
+              f"{result.trajectories / 'browser' / result.run_id / 'judgments.jsonl'})")
     if result.swe_report is not None:
         r = result.swe_report
         print(f"\nswebench run report: {r['resolved_instances']}/{r['total_instances']} resolved "

@@ -3,10 +3,16 @@ over CDP through the sandbox's port tunnel (session.py), with set-of-marks obser
 (marks.py) and WebVoyager's action grammar (actions.py). Failures are typed (errors.py)."""
 
 from pomona.browser_env.actions import Action, parse
-from pomona.browser_env.errors import ActionError, BrowserCrashed, BrowserInfraError, PageHung
+from pomona.browser_env.errors import (
+    ActionError,
+    BrowserCrashed,
+    BrowserInfraError,
+    NavigationFailed,
+    PageHung,
+)
 from pomona.browser_env.session import BrowserSession, Observation, SessionOptions
 
 __all__ = [
     "Action", "ActionError", "BrowserCrashed", "BrowserInfraError", "BrowserSession",
-    "Observation", "PageHung", "SessionOptions", "parse",
+    "NavigationFailed", "Observation", "PageHung", "SessionOptions", "parse",
 ]  # fmt: skip

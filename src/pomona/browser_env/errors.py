@@ -31,3 +31,9 @@ class PageHung(BrowserInfraError):
 class ActionError(ValueError):
     """An action that does not parse or names no element on the page; the message says what a
     well-formed action looks like."""
+
+
+class NavigationFailed(ActionError):
+    """A page the agent went to could not be loaded (refused, unresolvable, reset): the web's
+    answer, not the environment's failure. The browser shows its error page, and the agent is
+    told what happened, as a person at the browser would be."""

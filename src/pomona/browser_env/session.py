@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,13 +26,21 @@ import numpy as np
 from pomona.browser_env import marks as som
 from pomona.browser_env.actions import Action
 from pomona.browser_env.chromium import Chromium, ChromiumOptions
-from pomona.browser_env.errors import ActionError, BrowserCrashed, BrowserInfraError, PageHung
+from pomona.browser_env.errors import (
+    ActionError,
+    BrowserCrashed,
+    BrowserInfraError,
+    NavigationFailed,
+    PageHung,
+)
 from pomona.orchestrator.errors import PomonaError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 from pomona.orchestrator.types import Mount
 
-SEARCH_HOME = "http://search.pomona.test/"
-NAVIGATION_RETRIES = 5  # where `Google` goes: the local web's search page
+SEARCH_HOME = "http://search.pomona.test/"  # where `Google` goes: the local web's search page
+NAVIGATION_RETRIES = 5  # observations retried when a navigation replaces the page mid-way
+# how Chromium names a network failure (refused, unresolvable, reset...), as Playwright reports it
+NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
 
 
 class Web(Protocol):
@@ -75,22 +84,39 @@ class SessionOptions:
     search_home: str = SEARCH_HOME
 
 
-class _ThreadPlaywright(threading.local):
-    """Playwright's sync API allows one instance per thread and cannot be started again in a
-    thread once stopped, so each thread keeps one driver for its lifetime (the driver is a child
-    process that exits with this one, its pipe closing)."""
+class _Driver:
+    """Playwright's sync API allows one instance per thread, so each thread has one driver (a
+    child process) that its open sessions share, stopped when the last of them closes: no driver
+    outlives the sessions that needed it, whichever threads come and go."""
 
-    instance: Any = None
+    def __init__(self) -> None:
+        self.instance: Any = None
+        self.users = 0
 
-    def get(self) -> Any:
+    def acquire(self) -> Any:
         if self.instance is None:
             from playwright.sync_api import sync_playwright
 
             self.instance = sync_playwright().start()
+        self.users += 1
         return self.instance
 
+    def release(self) -> None:
+        self.users -= 1
+        if self.users <= 0 and self.instance is not None:
+            instance, self.instance, self.users = self.instance, None, 0
+            with contextlib.suppress(Exception):
+                instance.stop()
 
-_playwright = _ThreadPlaywright()
+
+_threads = threading.local()
+
+
+def _driver() -> _Driver:
+    """The calling thread's driver."""
+    if not hasattr(_threads, "driver"):
+        _threads.driver = _Driver()
+    return _threads.driver
 
 
 def _playwright_error() -> type[Exception]:
@@ -112,6 +138,7 @@ class BrowserSession:
         self.labels = labels or {}
         self.sandbox: Sandbox | None = None
         self.chromium: Chromium | None = None
+        self._driver: _Driver | None = None
         self._pw: Any = None
         self._browser: Any = None
         self._context: Any = None
@@ -145,7 +172,8 @@ class BrowserSession:
                 self.web.install(self.sandbox)
             self.chromium = Chromium(self.sandbox, o.chromium)
             ws = self.chromium.start()
-            self._pw = _playwright.get()
+            self._driver = _driver()
+            self._pw = self._driver.acquire()
             self._browser = self._pw.chromium.connect_over_cdp(ws, timeout=o.page_timeout * 1000)
             self.new_page()
         except PomonaError as e:
@@ -177,6 +205,8 @@ class BrowserSession:
         with contextlib.suppress(Exception):
             if self._browser is not None:
                 self._browser.close()
+        if self._pw is not None and self._driver is not None:
+            self._driver.release()
         self._browser = self._pw = self._context = self.page = None
         if self.chromium is not None:
             self.chromium.close()
@@ -220,10 +250,17 @@ class BrowserSession:
         self._guard(f"opening {url}", lambda: self._load(lambda: self.page.goto(url), safe=True))
 
     def _load(self, navigate: Any, safe: bool) -> None:
-        """Run a navigation and wait for the load; a timed-out GET is reloaded once."""
+        """Run a navigation and wait for the load; a timed-out GET is reloaded once, and a page
+        the network refused is the agent's NavigationFailed (the browser shows its error page)."""
         try:
             navigate()
         except _playwright_error() as e:
+            refused = NET_ERROR.search(str(e))
+            if refused and self._browser is not None and self._browser.is_connected():
+                raise NavigationFailed(
+                    f"the page could not be loaded ({refused.group(0)}); the browser shows its "
+                    "error page"
+                ) from e
             if not (safe and "Timeout" in type(e).__name__):
                 raise
             try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pomona.browser_env.actions import Action
-from pomona.browser_env.errors import ActionError
+from pomona.browser_env.errors import ActionError, NavigationFailed
 from pomona.browser_env.session import BrowserSession, Observation
 
 SERVER_NAME = "browser"  # the MCP server's name: Claude Code shows mcp__browser__browser_click
@@ -162,13 +162,20 @@ class BrowserTools:
         if self.last is None:
             self.observe()
         assert self.last is not None
+        note = ""
         try:
             action = action_of(name, arguments)
             if action is not None:
-                self.session.act(action, self.last.marks)
-                self.steps.append(
-                    {"action": str(action), "thought": "", "screenshot": len(self.screenshots) - 1}
-                )
+                step = {
+                    "action": str(action),
+                    "thought": "",
+                    "screenshot": len(self.screenshots) - 1,
+                }
+                try:
+                    self.session.act(action, self.last.marks)
+                except NavigationFailed as e:  # carried out: the agent sees the error page
+                    note = f"Error: {e}\n"
+                self.steps.append(step)
         except ActionError as e:
             return {"content": [{"type": "text", "text": f"Error: {e}"}], "is_error": True}
-        return {"content": page_content(self.observe()), "is_error": False}
+        return {"content": page_content(self.observe(), note), "is_error": False}

@@ -31,7 +31,7 @@ from pomona.benchmarks.browser import suite
 from pomona.benchmarks.task import Task
 from pomona.browser_env import actions
 from pomona.browser_env.chromium import ChromiumOptions
-from pomona.browser_env.errors import ActionError, BrowserInfraError
+from pomona.browser_env.errors import ActionError, BrowserInfraError, NavigationFailed
 from pomona.browser_env.session import BrowserSession, Observation, SessionOptions
 from pomona.gym.sandboxes import shared_client
 
@@ -166,6 +166,8 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
                     return self._finish(self._obs(self.last), parsed.text, terminated=True)
                 self.session.act(parsed, self.last.marks)
                 note = ""
+            except NavigationFailed as e:  # carried out; the page is the browser's error page
+                note = f"[navigation error] {e}"
             except ActionError as e:
                 parsed, note = None, f"[invalid action] {e}"
             self.last = self.session.observe()

@@ -402,4 +402,26 @@ def run_benchmark(
         harness=harness,
         timeout=timeout,
     )
-    return run_all(run, tasks, k, concurrency, on_episode)
+    records = run_all(run, tasks, k, concurrency, on_episode)
+    if judge_model and run.results is not None:
+        write_judgments(run.results, records)
+    return records
+
+
+def write_judgments(results: Path, records: list[EpisodeRecord]) -> Path:
+    """The grading evidence of a judged run beside the layouts: per attempt the oracle's verdict
+    and the judge's (with its proxy episode, where its calls are recorded), and their agreement."""
+    results.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for r in records:
+        details = (r.score or {}).get("details", {})
+        lines.append({
+            "task": r.task, "attempt": r.attempt, "episode": r.episode,
+            "failure_kind": r.failure_kind, "oracle": r.resolved, "judge": details.get("judge"),
+        })  # fmt: skip
+    (results / "judgments.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    judged = sum(1 for x in lines if (x["judge"] or {}).get("label") is not None)
+    summary = {"agreement": judge_agreement(records), "judged": judged, "attempts": len(lines)}
+    path = results / "agreement.json"
+    path.write_text(json.dumps(summary, indent=1))
+    return path

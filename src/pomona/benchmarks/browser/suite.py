@@ -15,6 +15,7 @@ from typing import Any
 from pomona.benchmarks.browser import miniwob, tasks
 from pomona.benchmarks.browser.web import LocalWeb
 from pomona.benchmarks.task import Score, Task
+from pomona.browser_env.errors import BrowserCrashed, NavigationFailed
 from pomona.browser_env.marks import Mark
 
 BENCHMARKS = ("miniwob", *tasks.BENCHMARKS)
@@ -38,7 +39,10 @@ def begin(session: Any, task: Task, seed: int) -> str:
     """Open the task's start page (drawing MiniWoB's instance) and return the instruction."""
     if is_miniwob(task):
         return miniwob.begin(session, task, seed)
-    session.goto(task.metadata["web"])
+    try:
+        session.goto(task.metadata["web"])
+    except NavigationFailed as e:  # the task's own start page: the environment failed
+        raise BrowserCrashed(f"the task's start page {task.metadata['web']} failed: {e}") from e
     return task.instruction
 
 
