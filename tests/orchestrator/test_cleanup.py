@@ -52,7 +52,9 @@ def test_gc_releases_what_a_killed_owner_left(capsys):
     assert done.returncode == -9
     left = leftovers([state])
     assert any(item.startswith("process") for item in left)  # the sandbox's init runs on
-    assert any(item.startswith("mount") for item in left) and any(item.startswith("cgroup") for item in left)
+    assert any(item.startswith("mount") for item in left) and any(
+        item.startswith("cgroup") for item in left
+    )
     assert pomona(["gc", "--state-dir", state]) == 0
     assert "released" in capsys.readouterr().out
     assert leftovers([state]) == []

@@ -49,7 +49,10 @@ def test_root_inside_killing_every_process_makes_the_sandbox_failed(request, tra
 
         client, image = request.getfixturevalue("docker_client"), debian_image()
     else:
-        client, image = request.getfixturevalue(f"{'local' if transport == 'local' else 'remote'}_client"), "host"
+        client, image = (
+            request.getfixturevalue(f"{'local' if transport == 'local' else 'remote'}_client"),
+            "host",
+        )
     sb = client.create_sandbox(image, user="root")
     try:
         with contextlib.suppress(PomonaError):  # the exec dies with the sandbox

@@ -127,7 +127,9 @@ def test_an_allowed_registry_cannot_redirect_the_pull_elsewhere(tmp_path, how):
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
                 if how == "token realm":
                     self.send_response(401)
-                    self.send_header("WWW-Authenticate", f'Bearer realm="http://{target}/token",service="r"')
+                    self.send_header(
+                        "WWW-Authenticate", f'Bearer realm="http://{target}/token",service="r"'
+                    )
                 else:
                     self.send_response(302)
                     self.send_header("Location", f"http://{target}{self.path}")

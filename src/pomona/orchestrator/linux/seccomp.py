@@ -227,17 +227,24 @@ def loader() -> str:
         return str(binary)
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        raise RuntimeUnavailable("the local runtime builds a small seccomp loader at first use and "
-                                 "needs a C compiler for it: apt-get install gcc libc6-dev (./dev setup)")
+        raise RuntimeUnavailable(
+            "the local runtime builds a small seccomp loader at first use and "
+            "needs a C compiler for it: apt-get install gcc libc6-dev (./dev setup)"
+        )
     LOADER_DIR.mkdir(parents=True, exist_ok=True)
     with open(LOADER_DIR / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not binary.exists():
             staging = binary.with_suffix(".tmp")
-            built = subprocess.run([compiler, "-static", "-O2", "-o", str(staging), str(LOADER_SOURCE)],
-                                   capture_output=True, text=True)
+            built = subprocess.run(
+                [compiler, "-static", "-O2", "-o", str(staging), str(LOADER_SOURCE)],
+                capture_output=True,
+                text=True,
+            )
             if built.returncode:
-                raise RuntimeUnavailable(f"building the seccomp loader failed: {built.stderr.strip()[-500:]}")
+                raise RuntimeUnavailable(
+                    f"building the seccomp loader failed: {built.stderr.strip()[-500:]}"
+                )
             staging.replace(binary)
     return str(binary)
 
