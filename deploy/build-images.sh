@@ -15,6 +15,12 @@ context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 cp pyproject.toml README.md "$context"/
 if [ -n "${CA_BUNDLE:-}" ]; then cp "$CA_BUNDLE" "$context/ca-bundle.crt"; else : > "$context/ca-bundle.crt"; fi
+# pin what the checkout's tested environment resolved (none: pip resolves from the index)
+if [ -x .venv/bin/pip ]; then
+  .venv/bin/pip freeze --exclude-editable 2>/dev/null | grep -v -e '^-e ' -e ' @ ' > "$context/constraints.txt"
+else
+  : > "$context/constraints.txt"
+fi
 cp -r src "$context"/src
 find "$context" -name __pycache__ -prune -exec rm -rf {} +
 docker build -q -f deploy/Dockerfile --build-arg BASE="$base" -t "pomona/pomona:$tag" "$context"

@@ -65,9 +65,8 @@ def k8s(cluster):
     with SandboxClient(runtime(cluster, "suite")) as c:
         yield c
     _, server, *_ = cluster
-    assert server.containers == {} and server.policies == {}, (
-        "the suite left pods or policies behind"
-    )
+    left = (sorted(server.containers), sorted(server.policies))
+    assert left == ([], []), f"the suite left pods or policies behind: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -320,3 +319,33 @@ def test_a_warm_pool_pod_is_claimed_then_refilled(cluster):
         cold.delete()
         assert warm not in server.pods
     assert pool() == [] and not [n for n in server.policies if "warm" in n]
+
+
+def test_a_pool_pod_claimed_elsewhere_is_not_taken_twice(cluster):
+    """Two replicas race for one pool pod: the second's patch carries the resourceVersion it
+    listed, the server refuses it (409), and the pod stays the first replica's sandbox."""
+    import asyncio
+
+    from pomona.orchestrator.runtimes.kubernetes import objects
+    from pomona.orchestrator.types import SandboxSpec
+
+    _, server, image, *_ = cluster
+    first = runtime(cluster, "race", warm_pools={image: 1})
+    with SandboxClient(first) as client:
+        deadline = time.monotonic() + 120
+        while not first._made_warm:
+            assert time.monotonic() < deadline, "the pool never filled"
+            time.sleep(0.1)
+        (warm,) = first._made_warm
+        selector = first._selector(**{objects.WARM_LABEL: objects.id_hash(image)})
+        stale = first.core.list_namespaced_pod(
+            NAMESPACE, label_selector=selector
+        )  # the race window
+        winner = client.create_sandbox(image)
+        second = runtime(cluster, "race")  # no pool of its own: nothing refills behind the test
+        second.core.list_namespaced_pod = lambda *a, **k: stale
+        spec = SandboxSpec(image=image)
+        metadata = objects.sandbox_pod("loser", spec, second.settings, "race", 1.0)["metadata"]
+        assert asyncio.run(second._claim("loser", spec, metadata, 1.0)) is None
+        assert server.pods[warm]["metadata"]["annotations"][objects.ID_ANNOTATION] == winner.id
+        winner.delete()

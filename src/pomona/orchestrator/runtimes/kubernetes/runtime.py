@@ -161,6 +161,7 @@ class KubernetesRuntime:
         self.ready_timeout = ready_timeout
         self.sandboxes: dict[str, _Live] = {}
         self._refilling: asyncio.Task | None = None
+        self._closing = False
         self._made_warm: dict[str, str] = {}  # pool pods this process made -> resourceVersion
         self.core, self.stream_core, self.custom, self._api = self._clients(
             api, kubeconfig, context
@@ -311,9 +312,9 @@ class KubernetesRuntime:
         return False
 
     async def close(self) -> None:
-        if self._refilling is not None:
-            self._refilling.cancel()
-            with contextlib.suppress(BaseException):
+        self._closing = True
+        if self._refilling is not None:  # let the pod being made finish: cancelling a create
+            with contextlib.suppress(Exception):  # half-way could leave it behind
                 await self._refilling
         for name, version in list(self._made_warm.items()):
             with contextlib.suppress(SandboxConflict, RuntimeUnavailable, SandboxFailed):
@@ -515,21 +516,21 @@ class KubernetesRuntime:
     def _refill(self) -> None:
         """Top every pool up in the background (one pod at a time; a failure waits for the next
         claim or start to try again)."""
-        if self.settings.warm_pools and (self._refilling is None or self._refilling.done()):
+        if (
+            self.settings.warm_pools
+            and not self._closing
+            and (self._refilling is None or self._refilling.done())
+        ):
             self._refilling = asyncio.create_task(self._fill_pools())
 
     async def _fill_pools(self) -> None:
         ns = self.settings.namespace
         for image, size in self.settings.warm_pools.items():
             selector = self._selector(**{objects.WARM_LABEL: objects.id_hash(image)})
-            while (
-                len(
-                    (
-                        await self._call(self.core.list_namespaced_pod, ns, label_selector=selector)
-                    ).items
-                )
-                < size
-            ):
+            while not self._closing:
+                pool = await self._call(self.core.list_namespaced_pod, ns, label_selector=selector)
+                if len(pool.items) >= size:
+                    break
                 try:
                     await self._make_warm(image)
                 except (SandboxFailed, ImageNotFound, InvalidRequest, RuntimeUnavailable) as e:
