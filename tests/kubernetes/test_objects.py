@@ -247,6 +247,7 @@ def offline_runtime():
     "spec, match",
     [
         (SandboxSpec(image="host"), "image='host'"),
+        (SandboxSpec(image="oci-archive:/tmp/x.tar"), "archive"),
         (SandboxSpec(image="debian", limits={"pids": 64}), "podPidsLimit"),
         (SandboxSpec(image="debian", limits={"disk": "1Gi"}), "workspace_storage_class"),
         (SandboxSpec(image="debian", network="gateway", gateway="127.0.0.1:4000"), "loopback"),
@@ -259,6 +260,29 @@ def offline_runtime():
 def test_refused_before_touching_the_cluster(offline_runtime, spec, match):
     with pytest.raises(InvalidRequest, match=match):
         asyncio.run(offline_runtime.create("sb-1", spec))
+
+
+def test_image_sources_are_the_operators_allow_list():
+    """`pomona serve --registry` restricts where images come from; the kubelet pulls a bare
+    name from docker.io, so that is the registry checked for it."""
+    from kubernetes import client
+
+    from pomona.orchestrator.errors import ImageNotFound, SourceNotAllowed
+    from pomona.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
+    from pomona.orchestrator.sources import ImageSources
+
+    configuration = client.Configuration(host="http://127.0.0.1:9")
+    runtime = KubernetesRuntime(
+        api=client.ApiClient(configuration),
+        owner="t",
+        sources=ImageSources.restricted(registries=["registry.internal:5000"]),
+    )
+    with pytest.raises(ImageNotFound, match="docker.io are not allowed"):
+        asyncio.run(runtime.create("sb-1", SandboxSpec(image="debian:12")))
+    with pytest.raises(SourceNotAllowed):
+        asyncio.run(runtime.create("sb-1", SandboxSpec(image="ghcr.io/x/y:1")))
+    with pytest.raises(InvalidRequest, match="not an image reference"):
+        asyncio.run(runtime.create("sb-1", SandboxSpec(image="../../etc/passwd")))
 
 
 def test_unreachable_api_server_is_runtime_unavailable(offline_runtime):

@@ -54,6 +54,7 @@ from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.runtimes.kubernetes import gate, objects
 from pomona.orchestrator.runtimes.kubernetes.channels import ChannelStream, GatedCommand, PodPty
 from pomona.orchestrator.runtimes.kubernetes.objects import KubernetesSettings
+from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,
@@ -140,6 +141,7 @@ class KubernetesRuntime:
         snapshot_store: str | None = None,
         ready_timeout: float = 300,
         api: Any = None,
+        sources: ImageSources | None = None,
         **settings: Any,
     ):
         merged = {**settings_from_env(), **settings}
@@ -159,6 +161,7 @@ class KubernetesRuntime:
             or os.path.join(state_dir, "k8s-snapshots")
         )
         self.ready_timeout = ready_timeout
+        self.sources = sources or ImageSources()
         self.sandboxes: dict[str, _Live] = {}
         self._refilling: asyncio.Task | None = None
         self._closing = False
@@ -352,6 +355,17 @@ class KubernetesRuntime:
                 "the kubernetes runtime cannot use image='host' (the host's root "
                 "filesystem); give an OCI image the cluster can pull"
             )
+        self.sources.check(spec.image)
+        if archive_path(spec.image) is not None:
+            raise InvalidRequest(
+                "the kubernetes runtime cannot use an image archive: the kubelet pulls from "
+                "registries; push it to one the cluster reaches"
+            )
+        registry = (
+            registry_host(spec.image) or "docker.io"
+        )  # where a kubelet pulls a bare name from
+        if not self.sources.registry_allowed(registry):
+            raise ImageNotFound(f"image {spec.image!r}: pulls from {registry} are not allowed here")
         if spec.user == "root" and not self.settings.allow_root:
             raise InvalidRequest(
                 "this kubernetes runtime runs sandboxes as non-root "
