@@ -100,7 +100,7 @@ def tiny_model(session_dir: Path) -> Path:
     rows = [{"messages": [swe_message(m) for m in tool_conversation(c)], "tools": json.dumps(TOOLS)}
             for c in commands]  # fmt: skip
     out = session_dir / "tiny"
-    sft(datasets.Dataset.from_list(rows), base, out, steps=40, batch_size=4, learning_rate=8e-3)
+    sft(datasets.Dataset.from_list(rows), base, out, steps=60, batch_size=4, learning_rate=5e-3)
     return out
 
 

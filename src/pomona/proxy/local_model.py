@@ -135,6 +135,7 @@ class LocalModel:
         name: str | None = None,
         device: str = "cpu",
         max_new_tokens: int = 256,
+        temperature: float = 1.0,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -148,6 +149,7 @@ class LocalModel:
         self.model = AutoModelForCausalLM.from_pretrained(str(self.path)).to(device).eval()
         self.device = device
         self.max_new_tokens = max_new_tokens
+        self.temperature = temperature  # for requests that name none (OpenAI's default is 1)
         self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
         self._lock = threading.Lock()
 
@@ -237,7 +239,7 @@ class LocalModel:
         gen = self.generate(
             self.prompt_ids(messages, tools),
             max_new_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
-            temperature=1.0 if temperature is None else float(temperature),
+            temperature=self.temperature if temperature is None else float(temperature),
             top_p=float(body.get("top_p") or 1.0),
             seed=body.get("seed"),
         )

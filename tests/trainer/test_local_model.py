@@ -1,0 +1,69 @@
+"""The `transformers` upstream: a model directory named in the proxy's model list answers with
+token ids and logprobs in vLLM's fields, recorded in the `calls` row; bad input is refused in
+the caller's own dialect."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+from conftest import TOOLS, tool_conversation
+
+from pomona import trajectories
+from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer
+from pomona.proxy.local_model import LocalModel, LocalModelServer
+
+
+def test_a_transformers_route_records_token_ids(tiny_model, tmp_path):
+    runs = tmp_path / "runs"
+    with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
+        proxy.config.models.append(ModelRoute.from_entry(
+            {"model_name": "tiny", "litellm_params": {"model": f"transformers/{tiny_model}"}}))  # fmt: skip
+        ep = proxy.open_episode(model="tiny")
+        client = openai.OpenAI(base_url=ep["base_url"], api_key="x")
+        messages = tool_conversation("ls")[:2]  # system and user, as the model was taught
+        r = client.chat.completions.create(
+            model="tiny", messages=messages, tools=TOOLS, temperature=0
+        )
+        (call,) = r.choices[0].message.tool_calls  # the taught reply: a bash call
+        assert call.function.name == "bash" and "ls" in call.function.arguments
+        streamed = "".join(
+            c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                model="tiny", messages=[*messages, r.choices[0].message, {
+                    "role": "tool", "tool_call_id": call.id, "content": "a.txt"}],
+                tools=TOOLS, temperature=0, stream=True) if c.choices)  # fmt: skip
+        assert streamed.strip() == "ok"
+        proxy.close_episode(ep["key"], reward=1.0)
+    rows = [c for c in trajectories.read(runs, "calls").to_pylist() if c["episode"] == ep["key"]]
+    assert [c["status"] for c in rows] == ["ok", "ok"]
+    for row in rows:
+        assert row["prompt_token_ids"] and row["completion_token_ids"]
+        assert len(row["completion_logprobs"]) == len(row["completion_token_ids"])
+        assert all(lp <= 0 for lp in row["completion_logprobs"])
+    assert rows[1]["token_faithful"] is True  # the template round-trips the taught reply
+
+
+def test_bad_input_is_refused_in_the_callers_dialect(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="not a Hugging Face model directory"):
+        LocalModel(tmp_path)
+    model = LocalModel(tiny_model, max_new_tokens=8)
+    with LocalModelServer(model) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="context"):
+            client.chat.completions.create(model="tiny", max_tokens=10**6,
+                                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json")
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+        r = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": "hi"})
+        assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+        with ProxyServer(ProxyConfig()) as proxy:  # an Anthropic caller of the same model
+            proxy.config.models.append(ModelRoute.from_entry({"model_name": "tiny", "litellm_params": {
+                "model": "hosted_vllm/tiny", "api_base": f"{server.url}/v1", "api_key": "x"}}))  # fmt: skip
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key="x", max_retries=0)
+            with pytest.raises(anthropic.BadRequestError):
+                claude.messages.create(model="tiny", max_tokens=17_000,
+                                       messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+            reply = claude.messages.create(model="tiny", max_tokens=4,
+                                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+            assert reply.role == "assistant" and reply.usage.output_tokens <= 4
