@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pomona.benchmarks.grade import add_grade_parser
     from pomona.benchmarks.leaderboard import add_leaderboard_parser
     from pomona.benchmarks.swe_tasks import add_tasks_parser
+    from pomona.browser_env.image import add_browser_parser
     from pomona.deploy import add_deploy_parser
     from pomona.harnesses.cli import add_harnesses_parser
     from pomona.orchestrator.gc import add_gc_parser
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_grade_parser(sub)
     add_images_parser(sub)
+    add_browser_parser(sub)
     add_view_parser(sub)
     add_deploy_parser(sub)
     add_gc_parser(sub)

@@ -15,6 +15,7 @@ import pytest
 
 from pomona import trajectories
 from pomona.benchmarks.browser import runner, suite
+from pomona.benchmarks.browser.web import INSTALL_DIR
 from pomona.browser_env import BrowserSession, NavigationFailed, SessionOptions
 from pomona.browser_env.bridge import BACKEND_PORT, CALLS_PORT, HOME, PYTHON, McpBridge
 from pomona.browser_env.tools import TOOL_NAMES, BrowserTools
@@ -90,6 +91,8 @@ def test_the_broker_serves_calls_and_refuses_an_impostor(site: Any, unavailable:
         assert server.command[:2] == (PYTHON, f"{HOME}/mcp_server.py")
         sandbox = site.sandbox
         assert sandbox.exec(f"cat {HOME}/token", timeout=30).exit_code != 0  # root's only
+        site_data = f"{INSTALL_DIR}/data/dictionary.json"  # the agent reads the sites by browsing
+        assert sandbox.exec(f"cat {site_data}", timeout=30).exit_code != 0
         # the agent's user poses as the backend, then calls a tool like an MCP server would
         probe = (
             "import json, socket\n"

@@ -73,6 +73,9 @@ class LocalWeb:
             f"--state {STATE_LOG}" + (f" --miniwob {INSTALL_DIR}/miniwob" if self.miniwob else "")
         )
         started = sandbox.exec(
+            # the sites' data and the state log are root's: an agent with a shell in the same
+            # sandbox (a harness that browses) reads the sites only through the sites
+            f"chown -R 0:0 {INSTALL_DIR} && chmod -R go-rwx {INSTALL_DIR} && "
             f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR} && "
             f"(setsid {argv} > /tmp/pomona-web.log 2>&1 < /dev/null &)",
             user="root",
