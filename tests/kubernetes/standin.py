@@ -10,8 +10,9 @@ with the pod's command, user, capabilities (drop ALL, add ...), no-new-privilege
 default, CPU and memory limits, working directory and env. Every Pod and NetworkPolicy it
 receives is validated against the OpenAPI schema first, as the real API server would.
 
-What it does not: scheduling, NetworkPolicy enforcement (pods get no network at all),
-sidecars other than `sandbox`, RBAC, watches, VolumeSnapshots.
+VolumeSnapshots are copies of the claim's directory, restored by copying back (a CSI driver's
+job). What it does not: scheduling, NetworkPolicy enforcement (pods get no network at all),
+sidecars other than `sandbox`, RBAC, watches.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -76,6 +78,12 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = value
 
 
+def _copy(source: Path, target: Path) -> None:
+    """A volume's contents with owners, modes and links kept, as a CSI snapshot keeps them."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-a", str(source), str(target)], check=True)
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -92,20 +100,42 @@ class StandIn:
         self.policies: dict[str, dict[str, Any]] = {}
         self.received: list[dict[str, Any]] = []  # every object created, for the tests to inspect
         self.versions = 0
+        self.snapshots: dict[str, dict[str, Any]] = {}
         self.app = self._routes()
 
     # -- pods ---------------------------------------------------------------------------------
 
     def _volume_dirs(self, pod: dict[str, Any]) -> dict[str, str]:
+        """emptyDir: a fresh directory. A generic ephemeral volume: its claim's directory, filled
+        from a VolumeSnapshot when the claim names one as its dataSource (a CSI restore)."""
         dirs = {}
         for volume in pod["spec"].get("volumes", []):
-            if "emptyDir" not in volume:
-                raise ValueError(f"the stand-in has only emptyDir volumes, not {volume}")
             path = self.root / pod["metadata"]["name"] / volume["name"]
-            path.mkdir(parents=True)
+            if "ephemeral" in volume:
+                claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+                source = claim.get("dataSource")
+                if source:
+                    _copy(self.root / "snapshots" / source["name"], path)
+            elif "emptyDir" not in volume:
+                raise ValueError(
+                    f"the stand-in has emptyDir and ephemeral volumes only, not {volume}"
+                )
+            path.mkdir(parents=True, exist_ok=True)
             path.chmod(0o777)
             dirs[volume["name"]] = str(path)
         return dirs
+
+    def create_snapshot(self, body: dict[str, Any]) -> JSONResponse:
+        """A VolumeSnapshot: a copy of the claim's directory, ready at once."""
+        name = body["metadata"]["name"]
+        if name in self.snapshots:
+            return _status(409, "AlreadyExists", f'volumesnapshots "{name}" already exists')
+        claim = body["spec"]["source"]["persistentVolumeClaimName"]
+        pod, _, volume = claim.rpartition("-")
+        _copy(self.root / pod / volume, self.root / "snapshots" / name)
+        body["status"] = {"readyToUse": True}
+        self.snapshots[name] = body
+        return JSONResponse(body, status_code=201)
 
     def _options(self, container: dict[str, Any], dirs: dict[str, str]) -> dict[str, Any]:
         ctx = container.get("securityContext", {})
@@ -401,6 +431,40 @@ class StandIn:
         app = FastAPI()
         pods = "/api/v1/namespaces/{namespace}/pods"
         policies = "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+        snapshots = "/apis/snapshot.storage.k8s.io/v1/namespaces/{namespace}/volumesnapshots"
+
+        @app.post(snapshots)
+        async def create_snapshot(namespace: str, request: Request) -> JSONResponse:
+            return await asyncio.to_thread(self.create_snapshot, await request.json())
+
+        @app.get(snapshots)
+        async def list_snapshots(namespace: str, labelSelector: str | None = None) -> JSONResponse:  # noqa: N803
+            items = [
+                v
+                for v in self.snapshots.values()
+                if _matches(v["metadata"].get("labels", {}), labelSelector)
+            ]
+            return JSONResponse(
+                {
+                    "apiVersion": "snapshot.storage.k8s.io/v1",
+                    "kind": "VolumeSnapshotList",
+                    "metadata": {},
+                    "items": items,
+                }
+            )
+
+        @app.get(snapshots + "/{name}")
+        async def read_snapshot(namespace: str, name: str) -> JSONResponse:
+            if name not in self.snapshots:
+                return _status(404, "NotFound", f'volumesnapshots "{name}" not found')
+            return JSONResponse(self.snapshots[name])
+
+        @app.delete(snapshots + "/{name}")
+        async def delete_snapshot(namespace: str, name: str) -> JSONResponse:
+            if name not in self.snapshots:
+                return _status(404, "NotFound", f'volumesnapshots "{name}" not found')
+            shutil.rmtree(self.root / "snapshots" / name, ignore_errors=True)
+            return JSONResponse(self.snapshots.pop(name))
 
         @app.get(pods)
         async def list_pods(namespace: str, labelSelector: str | None = None) -> JSONResponse:  # noqa: N803

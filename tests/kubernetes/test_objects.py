@@ -182,12 +182,14 @@ def test_names_and_labels_from_any_id():
 
 def test_fork_restores_the_workspace_from_a_volume_snapshot():
     s = KubernetesSettings(workspace_storage_class="fast", snapshot_class="csi-snapclass")
-    snap = objects.volume_snapshot("snap-1", "sb-1", "owner-1", s, json.dumps({"id": "snap-1"}))
-    validate(snap)
-    assert snap["spec"]["source"]["persistentVolumeClaimName"] == objects.workspace_claim_name(
-        "sb-1"
+    snap = objects.volume_snapshot(
+        "snap-1", objects.pod_name("sb-1"), "owner-1", s, json.dumps({"id": "snap-1"})
     )
-    assert objects.workspace_claim_name("sb-1") == objects.pod_name("sb-1") + "-workspace"
+    validate(snap)
+    assert (
+        snap["spec"]["source"]["persistentVolumeClaimName"]
+        == objects.pod_name("sb-1") + "-workspace"
+    )
     pod = objects.sandbox_pod(
         "sb-2",
         SPECS["defaults"],

@@ -349,3 +349,28 @@ def test_a_pool_pod_claimed_elsewhere_is_not_taken_twice(cluster):
         assert asyncio.run(second._claim("loser", spec, metadata, 1.0)) is None
         assert server.pods[warm]["metadata"]["annotations"][objects.ID_ANNOTATION] == winner.id
         winner.delete()
+
+
+def test_volume_snapshots_when_the_csi_driver_takes_them(cluster):
+    """With a workspace storage class and a VolumeSnapshotClass the workdir is its own volume:
+    a snapshot is a VolumeSnapshot, a fork a pod whose workspace claim is restored from it."""
+    _, server, image, *_ = cluster
+    with SandboxClient(
+        runtime(cluster, "csi", workspace_storage_class="standin", snapshot_class="standin")
+    ) as client:
+        with client.create_sandbox(image, disk="1Gi") as original:
+            original.write_file("state.txt", "base")
+            assert original.exec("stat -c %u /workspace").stdout.strip() == "1000"
+            snap = original.snapshot()
+            assert len(server.snapshots) == 1
+            (fork,) = client.fork(snap, 1)
+            fork.exec("echo forked > state.txt")
+            assert (
+                fork.read_file("state.txt") == b"forked\n"
+                and original.read_file("state.txt") == b"base"
+            )
+            with pytest.raises(SandboxConflict, match="in use"):
+                client.delete_snapshot(snap)
+            fork.delete()
+        assert [s.id for s in client.list_snapshots()] == [snap.id]
+        assert client.delete_snapshot(snap) is True and server.snapshots == {}

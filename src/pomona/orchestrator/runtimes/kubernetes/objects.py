@@ -373,15 +373,16 @@ def _workspace_volume(
     }
 
 
-def workspace_claim_name(sandbox_id: str) -> str:
+def workspace_claim_name(pod: str) -> str:
     """What Kubernetes names a generic ephemeral volume's claim: <pod>-<volume>."""
-    return f"{pod_name(sandbox_id)}-workspace"
+    return f"{pod}-workspace"
 
 
 def volume_snapshot(
-    snapshot_id: str, sandbox_id: str, owner: str, settings: KubernetesSettings, record: str
+    snapshot_id: str, pod: str, owner: str, settings: KubernetesSettings, record: str
 ) -> dict[str, Any]:
-    """A CSI VolumeSnapshot of a sandbox's workspace claim; `record` is the SnapshotInfo JSON."""
+    """A CSI VolumeSnapshot of the workspace claim of a sandbox's pod (named by the pod: a
+    claimed pool pod keeps its own name); `record` is the SnapshotInfo JSON."""
     return {
         "apiVersion": "snapshot.storage.k8s.io/v1",
         "kind": "VolumeSnapshot",
@@ -393,7 +394,7 @@ def volume_snapshot(
         },
         "spec": {
             "volumeSnapshotClassName": settings.snapshot_class,
-            "source": {"persistentVolumeClaimName": workspace_claim_name(sandbox_id)},
+            "source": {"persistentVolumeClaimName": workspace_claim_name(pod)},
         },
     }
 

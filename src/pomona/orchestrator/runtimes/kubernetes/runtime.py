@@ -1060,7 +1060,7 @@ class KubernetesRuntime:
         )
         if self._volume_snapshots:
             body = objects.volume_snapshot(
-                snapshot_id, sandbox_id, self.owner, self.settings, info.model_dump_json()
+                snapshot_id, live.pod, self.owner, self.settings, info.model_dump_json()
             )
             await self._call(
                 self.custom.create_namespaced_custom_object,
