@@ -109,3 +109,39 @@ def test_qwenclawbench_aggregates_on_perfect_runs():
     # pass@3 with n=3: any perfect -> a 1, b 1, c 0; pass^3: all perfect -> a only
     assert r["pass_at"][3] == pytest.approx(2 / 3)
     assert r["pass_hat"][3] == pytest.approx(1 / 3)
+
+
+def test_reports_from_a_trajectory_store(tmp_path, capsys):
+    from pomona.benchmarks.claw.scoring import main, reports
+    from pomona.trajectories.writer import TrajectoryWriter
+
+    rows = [
+        ("claw-eval-local", "a", 0.9),
+        ("claw-eval-local", "a", 0.8),
+        ("claw-eval-local", "a", 0.1),
+        ("qwenclawbench-local", "q", 1.0),
+        ("qwenclawbench-local", "q", 0.5),
+        ("swe-local", "s", 1.0),
+    ]
+    with TrajectoryWriter(tmp_path, "episodes") as w:
+        for i, (bench, task, reward) in enumerate(rows):
+            w.write(
+                {
+                    "episode": f"e{i}",
+                    "benchmark": bench,
+                    "task": task,
+                    "harness": "openclaw",
+                    "model": "m",
+                    "reward": reward,
+                    "resolved": reward >= 0.75,
+                    "failure_kind": "none",
+                }
+            )
+    got = reports(str(tmp_path))
+    claw = got["claw-eval-local · openclaw · m"]
+    assert claw["pass_at_3"] == 1.0 and claw["pass_hat_3"] == 0.0 and claw["padded_trials"] == 0
+    qwen = got["qwenclawbench-local · openclaw · m"]
+    assert qwen["headline"] == 0.75 and qwen["strict_accuracy"] == 0.0
+    assert qwen["pass_at"][2] == 1.0 and qwen["pass_hat"][2] == 0.0
+    assert len(got) == 2  # SWE rows are not these benchmarks'
+    assert main([str(tmp_path)]) == 0 and "pass_hat_3" in capsys.readouterr().out

@@ -99,3 +99,44 @@ def qwenclawbench_report(rows: Iterable[Row], ks: Iterable[int] = (1,)) -> dict[
                 sum(pass_hat_k(len(t["scores"]), t["perfect"], k) for t in per_task.values()) / n
             )
     return out
+
+
+def reports(directory: str, trials: int = 3) -> dict[str, Any]:
+    """Both benchmarks' reports for every (benchmark, harness, model) in a trajectory store."""
+    from pomona import trajectories
+
+    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for row in trajectories.read(directory, "episodes").to_pylist():
+        benchmark = row.get("benchmark") or ""
+        if benchmark.startswith(("claw-eval", "qwenclawbench")) and row.get("harness"):
+            groups[(benchmark, row["harness"], row.get("model") or "")].append(row)
+    out = {}
+    for (benchmark, harness, model), rows in sorted(groups.items()):
+        report = (
+            claw_eval_report(rows, trials)
+            if benchmark.startswith("claw-eval")
+            else qwenclawbench_report(rows, ks=range(1, trials + 1))
+        )
+        out[f"{benchmark} · {harness} · {model}"] = report
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m pomona.benchmarks.claw.scoring [DIR]: the published figures of recorded runs."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("trajectories", nargs="?", default="pomona-runs")
+    p.add_argument("--trials", type=int, default=3)
+    args = p.parse_args(argv)
+    summary = {
+        key: {k: v for k, v in r.items() if k != "tasks"}
+        for key, r in reports(args.trajectories, args.trials).items()
+    }
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
