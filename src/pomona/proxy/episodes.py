@@ -9,12 +9,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pomona.proxy.dialects import TokenData
+from pomona.proxy.errors import EpisodeExists
 from pomona.proxy.policy import POLICY, Policy
 from pomona.trajectories.faithfulness import Verdict, judge
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def new_key() -> str:
+    """An unguessable, URL-safe episode key: the credential of its /e/KEY/ base URL."""
+    return secrets.token_urlsafe(12)
 
 
 @dataclass
@@ -83,13 +89,13 @@ class Episodes:
         self._by_key: dict[str, Episode] = {}
         self._lock = threading.Lock()
 
-    def open(self, key: str | None = None, **fields: Any) -> Episode:
+    def add(self, episode: Episode) -> Episode:
+        """Register a new episode; its key must be free."""
         with self._lock:
-            key = key or secrets.token_urlsafe(12)
-            if key in self._by_key:
-                raise KeyError(f"episode {key!r} already exists")
-            ep = self._by_key[key] = Episode(key, **fields)
-            return ep
+            if episode.key in self._by_key:
+                raise EpisodeExists(episode.key)
+            self._by_key[episode.key] = episode
+            return episode
 
     def get(self, key: str) -> Episode | None:
         return self._by_key.get(key)

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Response, params
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client import Counter as CounterMetric
 
-from pomona.proxy import auth
+from pomona.proxy.recording import RowWriter
+from pomona.proxy.state import ProxyState
+from pomona.proxy.upstream import Outcome, UpstreamCall
 
 LATENCY_BUCKETS = (
     0.001,
@@ -91,7 +92,7 @@ class MeteredWriter:
     """The calls writer, counting each row and timing its write (a no-op store when `inner` is
     None, so a proxy that records nothing is still measured)."""
 
-    def __init__(self, inner: Any, metrics: ProxyMetrics):
+    def __init__(self, inner: RowWriter | None, metrics: ProxyMetrics):
         self.inner, self.metrics = inner, metrics
 
     def write(self, row: Mapping[str, Any]) -> None:
@@ -105,17 +106,17 @@ class MeteredWriter:
         if self.inner is not None:
             self.inner.close()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+
+UpstreamCalls = Callable[[UpstreamCall], Awaitable[Outcome]]
 
 
-def _timed_upstream(call: Any) -> Any:
+def _timed_upstream(call: UpstreamCalls) -> UpstreamCalls:
     """Upstreams.call, noting when the upstream began and when its first byte came back."""
 
-    async def timed(*args: Any, **kwargs: Any) -> Any:
+    async def timed(upstream_call: UpstreamCall) -> Outcome:
         clock = {"start": time.perf_counter()}
         _upstream_clock.set(clock)
-        outcome = await call(*args, **kwargs)
+        outcome = await call(upstream_call)
         if outcome.stream is None:
             clock["first_byte"] = time.perf_counter()
         else:
@@ -133,20 +134,17 @@ async def _first_byte(
         yield chunk
 
 
-def instrument(app: FastAPI, state: Any) -> ProxyMetrics:
-    """Meter the proxy app's recorder and upstream calls, and serve `/metrics`."""
+def instrument(
+    app: FastAPI, state: ProxyState, dependencies: Sequence[params.Depends] = ()
+) -> ProxyMetrics:
+    """Meter the proxy app's recorder and upstream calls, and serve `/metrics` behind
+    `dependencies` (the API-key guard of the proxy's own routes)."""
     metrics = ProxyMetrics()
     state.recorder.calls = MeteredWriter(state.recorder.calls, metrics)
-    state.upstreams.call = _timed_upstream(state.upstreams.call)
+    state.upstreams.call = _timed_upstream(state.upstreams.call)  # type: ignore[method-assign]
 
-    @app.get("/metrics", include_in_schema=False)
-    async def scrape(request: Request) -> Response:
-        """Guarded like the proxy's own routes: a key is needed when keys are configured."""
-        if not auth.allowed(state.config.api_keys, request.headers):
-            message = "a valid API key is required (Bearer or x-api-key)"
-            return JSONResponse(
-                {"error": {"message": message, "type": "authentication_error"}}, 401
-            )
+    @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))
+    async def scrape() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return metrics

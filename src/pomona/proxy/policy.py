@@ -27,8 +27,8 @@ from typing import Any
 
 from pomona.proxy import neutral
 from pomona.proxy.dialects import Dialect
+from pomona.proxy.errors import CallExpired, UpstreamError
 from pomona.proxy.neutral import Action
-from pomona.proxy.upstream import UpstreamError
 
 POLICY = "policy"
 DEFAULT_TIMEOUT = 600.0
@@ -36,12 +36,6 @@ DEFAULT_TIMEOUT = 600.0
 
 class PolicyError(UpstreamError):
     """The policy did not answer (timeout, episode over); the caller gets it in its dialect."""
-
-    upstream = POLICY
-
-
-class CallExpired(RuntimeError):
-    """A reply came for a call that is no longer waiting (timed out, or the episode ended)."""
 
 
 @dataclass
@@ -109,7 +103,8 @@ class Policy:
             self._held[call.sequence] = call
         self._calls.put(call)
         try:
-            action = await asyncio.wait_for(asyncio.wrap_future(call._reply), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                action = await asyncio.wrap_future(call._reply)
         except TimeoutError:
             self.expired.append(call.sequence)
             raise PolicyError(

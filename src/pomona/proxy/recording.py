@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pomona.proxy.capture import Exchange
 from pomona.proxy.dialects import DIALECTS, Dialect, TokenData
@@ -35,6 +35,14 @@ _TEXT_COLUMNS = (
 )  # fmt: skip
 
 
+class RowWriter(Protocol):
+    """Where `calls` rows go: a trajectory writer, or a wrapper around one (metrics.py)."""
+
+    def write(self, row: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Recorder:
     """The proxy's two trajectory writers; a no-op when no directory is configured.
 
@@ -44,7 +52,9 @@ class Recorder:
 
     def __init__(self, directory: Path | None, durable: bool = False, secrets: Iterable[str] = ()):
         # a directory, or an object store URI (many proxy replicas, one store: storage.py)
-        self.calls = open_writer(directory, "calls", durable=durable) if directory else None
+        self.calls: RowWriter | None = (
+            open_writer(directory, "calls", durable=durable) if directory else None
+        )
         self.episodes = open_writer(directory, "episodes", durable=durable) if directory else None
         self.secrets = [s for s in secrets if isinstance(s, str)]
 

@@ -10,16 +10,17 @@ is wrong, in the caller's dialect. The same models are the proxy's published Ope
 from __future__ import annotations
 
 import json
-import re
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pomona.proxy.errors import BadRequest
+from pomona.proxy.errors import BadRequest, MalformedRequest, at_fault
 from pomona.trajectories.schema import FAILURE_KINDS
 
 MAX_DEPTH = 128
 """Deepest JSON nesting accepted; real requests (tool schemas included) stay far below it."""
+
+Model = TypeVar("Model", bound=BaseModel)
 
 KEY_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 """Episode keys travel in URL paths, so they are URL-safe by construction."""
@@ -240,29 +241,17 @@ def parse_json(raw: bytes) -> Any:
     return value
 
 
-def describe(error: ValidationError) -> str:
-    """A pydantic error as one line naming each bad field."""
-    parts = []
-    for e in error.errors()[:5]:
-        where = ".".join(str(p) for p in e["loc"]) or "body"
-        parts.append(f"{where}: {e['msg']}")
-    return "; ".join(parts)
-
-
 def check(dialect: str, body: dict[str, Any]) -> None:
-    """Raise a 400 BadRequest naming the field if `body` is not a request of `dialect`."""
+    """Raise a 400 naming the field if `body` is not a request of `dialect`."""
     try:
         REQUESTS[dialect].model_validate(body)
     except ValidationError as e:
-        raise BadRequest(400, f"invalid request: {describe(e)}", "invalid_request") from None
+        raise MalformedRequest(f"invalid request: {at_fault(e.errors())}") from None
 
 
-def validated(model: type[BaseModel], data: Any) -> Any:
-    """`model` from `data`, or ValueError with a readable message."""
+def validated(model: type[Model], data: Any) -> Model:
+    """`model` from `data`, or MalformedRequest (a ValueError) naming the fields at fault."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise ValueError(describe(e)) from None
-
-
-KEY_RE = re.compile(KEY_PATTERN)
+        raise MalformedRequest(at_fault(e.errors())) from None

@@ -10,19 +10,23 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Self
 
 import uvicorn
+from starlette.types import ASGIApp
 
-from pomona.proxy.app import ProxyState, create_app
+from pomona.proxy.app import create_app
 from pomona.proxy.config import ProxyConfig
-from pomona.proxy.schemas import KEY_RE
+from pomona.proxy.policy import Policy
+from pomona.proxy.schemas import EpisodeSpec, validated
+from pomona.proxy.state import ProxyState, episode_urls
 
 
 class AppServer:
     """Any ASGI app served by uvicorn in a daemon thread on a free (or given) port."""
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0):
         self.app = app
         self.host, self.port = host, port
         self._server: uvicorn.Server | None = None
@@ -32,7 +36,7 @@ class AppServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 10.0) -> AppServer:
+    def start(self, timeout: float = 10.0) -> Self:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
@@ -70,7 +74,7 @@ class AppServer:
     def _bound(self) -> None:
         """Called once the port is known, before serving starts."""
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -84,25 +88,43 @@ class ProxyServer(AppServer):
         self, config: ProxyConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
     ):
         self.config = config or ProxyConfig()
-        super().__init__(create_app(self.config), host=host, port=port)
-
-    @property
-    def state(self) -> ProxyState:
-        return self.app.state.proxy
+        app = create_app(self.config)
+        self.state = ProxyState.of(app)
+        super().__init__(app, host=host, port=port)
 
     def _bound(self) -> None:
         if self.config.public_url is None:
             self.config.public_url = self.url
 
-    def open_episode(self, *, key: str | None = None, **fields: Any) -> dict[str, str]:
-        """Open an episode without an HTTP round trip; returns what POST /episodes would."""
-        if key is not None and not KEY_RE.fullmatch(key):
-            raise ValueError(f"episode key {key!r} is not URL-safe ({KEY_RE.pattern})")
-        ep = self.state.episodes.open(key, **fields)
-        base = f"{self.url}/e/{ep.key}"
-        return {"key": ep.key, "base_url": f"{base}/v1", "anthropic_base_url": base}
+    def open_episode(
+        self,
+        *,
+        key: str | None = None,
+        model: str | None = None,
+        script: str | Sequence[str | Sequence[str]] | None = None,
+        final: str = "done",
+        metadata: Mapping[str, Any] | None = None,
+        tool_less_calls: Literal["side", "main"] = "side",
+        tool_less_is_side: bool | None = None,
+        policy_timeout: float | None = None,
+        policy: Policy | None = None,
+    ) -> dict[str, str]:
+        """Open an episode without an HTTP round trip; takes and answers what POST /episodes
+        does (`tool_less_is_side=False` is the older spelling of `tool_less_calls="main"`), and
+        `policy`, a Policy of the caller's own for a "policy" episode. A malformed field raises
+        MalformedRequest (a ValueError), a key in use EpisodeExists."""
+        if tool_less_is_side is not None:
+            tool_less_calls = "side" if tool_less_is_side else "main"
+        spec = validated(
+            EpisodeSpec,
+            {"key": key, "model": model, "script": script, "final": final, "metadata": metadata,
+             "tool_less_calls": tool_less_calls, "policy_timeout": policy_timeout},
+        )  # fmt: skip
+        ep = self.state.open_episode(spec, policy)
+        return episode_urls(self.url, ep.key)
 
     def close_episode(self, key: str, **outcome: Any) -> None:
-        """Close an episode; `outcome` (reward, resolved, failure_kind...) goes to `episodes`.
-        A malformed outcome raises ValueError and leaves the episode open."""
+        """Close an episode; `outcome` (reward, resolved, failure_kind... see
+        schemas.EpisodeOutcome) goes to `episodes`. A malformed outcome raises MalformedRequest
+        (a ValueError) and leaves the episode open."""
         self.state.close_episode(key, outcome)

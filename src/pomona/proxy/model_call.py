@@ -1,0 +1,155 @@
+"""One model call, from request to response: the body read and checked, the call recorded, its
+answerer chosen (the episode's policy, the scripted model, or the model's route), and the answer
+relayed, all while the client is still there.
+
+Every call ends in exactly one `calls` row. A refusal or failure is recorded here, with the
+error body the client gets, and raised on to the app's error handler (errors.py), which answers
+it in the caller's dialect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from fastapi import Request, Response
+
+from pomona.proxy import capture, relay, schemas, scripted
+from pomona.proxy.config import SCRIPTED
+from pomona.proxy.dependencies import json_object, read_body
+from pomona.proxy.dialects import Dialect
+from pomona.proxy.episodes import Episode
+from pomona.proxy.errors import BadRequest, ClientGone, EpisodeClosed, ProxyError
+from pomona.proxy.policy import POLICY
+from pomona.proxy.recording import Call
+from pomona.proxy.state import ProxyState
+from pomona.proxy.upstream import Outcome, UpstreamCall
+
+T = TypeVar("T")
+Answer = Callable[[], Awaitable[Outcome]]
+
+
+async def serve(
+    state: ProxyState, request: Request, dialect: Dialect, episode: Episode | None
+) -> Response:
+    """Answer one model call in `dialect`, inside `episode` or on the proxy's own URL."""
+    call = Call(state.recorder, dialect, request.url.path, dict(request.headers), episode)
+    try:
+        return await _serve(state, request, dialect, episode, call)
+    except ClientGone as e:
+        call.finish(e.row_status, e.status_code, error=e.message)  # nobody is there to answer
+        raise
+    except ProxyError as e:
+        answer = e.body(dialect).decode()
+        call.finish(e.row_status, e.status_code, response=answer, error=e.message)
+        raise
+
+
+async def _serve(
+    state: ProxyState, request: Request, dialect: Dialect, episode: Episode | None, call: Call
+) -> Response:
+    raw = b""
+    try:
+        raw = await read_body(request, state.config.max_body_bytes)
+        body = json_object(raw)
+        schemas.check(dialect.name, body)
+    except BadRequest:
+        call.request(raw)
+        raise
+    if episode is not None and episode.closed:
+        call.request(raw, body)
+        raise EpisodeClosed(episode.key)
+    side = (episode.tool_less_is_side if episode else True) and scripted.is_side(dialect, body)
+    call.request(raw, body, side=side)
+    model = (episode.model if episode and episode.model else None) or body.get("model")
+    call.route(model, None)  # the model is recorded even when nothing serves it
+    upstream, answer = _answerer(state, request, dialect, raw, body, model, episode, side)
+    call.route(model, upstream)
+    call.exchange = capture.Exchange()
+    token = capture.exchange.set(call.exchange)
+    try:
+        outcome = await until_client_leaves(request, answer())
+    finally:
+        capture.exchange.reset(token)
+    call.route(model, outcome.upstream, outcome.upstream_dialect)
+    if outcome.stream is None:
+        return relay.whole(call, dialect, outcome)
+    return relay.RecordedStream(call, dialect, outcome)
+
+
+def _answerer(
+    state: ProxyState,
+    request: Request,
+    dialect: Dialect,
+    raw: bytes,
+    body: dict[str, Any],
+    model: Any,
+    episode: Episode | None,
+    side: bool,
+) -> tuple[str, Answer]:
+    """Who answers the call, and the upstream name its row carries until the answer names one."""
+    if episode is not None and episode.policy is not None:
+        policy = episode.policy
+
+        async def from_policy() -> Outcome:
+            return _rendered(dialect, await policy.answer(dialect, body, side=side), body, POLICY)
+
+        return POLICY, from_policy
+    if model == SCRIPTED or (episode is not None and episode.model == SCRIPTED):
+
+        async def from_script() -> Outcome:
+            final = scripted.answer(
+                dialect,
+                body,
+                episode.script if episode else state.config.default_script,
+                final=episode.final if episode else "done",
+                tool_less_is_side=episode.tool_less_is_side if episode else True,
+            )
+            return _rendered(dialect, final, body, SCRIPTED)
+
+        return SCRIPTED, from_script
+    route = state.config.route(model) if isinstance(model, str) else None
+    if route is None:
+        raise BadRequest(
+            404, f"model {model!r} is not in the proxy's model list", "model_not_found"
+        )
+    upstream_call = UpstreamCall(
+        route, dialect, raw, body, dict(request.headers), request.url.query
+    )
+    return route.path_for(dialect.name), lambda: state.upstreams.call(upstream_call)
+
+
+async def until_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result, unless the client hangs up first: then `work` (and with it the upstream
+    call) is cancelled and ClientGone raised."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(_hang_up(request))
+            result = await work  # in this task, so the context variables it sets stay visible
+            watcher.cancel()
+    except BaseExceptionGroup as failed:  # ClientGone, or the work's own failure
+        gone = [e for e in failed.exceptions if isinstance(e, ClientGone)]
+        raise (gone or failed.exceptions)[0] from None
+    return result
+
+
+async def _hang_up(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    raise ClientGone
+
+
+async def _events(items: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for item in items:
+        yield item
+
+
+def _rendered(
+    dialect: Dialect, final: dict[str, Any], body: dict[str, Any], upstream: str
+) -> Outcome:
+    """An answer the proxy made itself (scripted model, policy), streamed if the caller asked."""
+    if dialect.is_stream(body):
+        return Outcome(200, stream=_events(dialect.events(final, body)), upstream=upstream)
+    return Outcome(200, json.dumps(final, ensure_ascii=False).encode(), upstream=upstream)
