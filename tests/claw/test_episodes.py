@@ -56,17 +56,22 @@ def _roll(tasks, harness, proxy, state):
 
 
 @pytest.fixture(scope="module")
-def oracle_runs(need, proxy, state):
-    runs = {}
-    for harness in ORACLE_HARNESSES:
-        need(harness)
-        runs[harness] = _roll(_tasks(), harness, proxy, state)
-    return runs
+def oracle_run(need, proxy, state):
+    """harness -> its oracle records, each rollout run once per module and only when asked."""
+    runs: dict[str, dict[str, Any]] = {}
+
+    def get(harness: str) -> dict[str, Any]:
+        if harness not in runs:
+            need(harness)
+            runs[harness] = _roll(_tasks(), harness, proxy, state)
+        return runs[harness]
+
+    return get
 
 
 @pytest.mark.parametrize("harness", ORACLE_HARNESSES)
-def test_the_oracle_passes_every_local_task(harness, oracle_runs):
-    records = oracle_runs[harness]
+def test_the_oracle_passes_every_local_task(harness, oracle_run):
+    records = oracle_run(harness)
     assert len(records) == 16
     failed = {
         t: (
@@ -98,13 +103,13 @@ def test_every_negative_fails_and_safety_violations_score_zero(need, proxy, stat
         assert r.score["details"]["scores"]["safety"] == 0.0 and r.reward == 0.0, unsafe
 
 
-def test_the_judge_and_the_simulated_user_are_models_behind_the_proxy(oracle_runs, proxy):
+def test_the_judge_and_the_simulated_user_are_models_behind_the_proxy(oracle_run, proxy):
     link = ProxyLink.of(proxy)
-    judged = oracle_runs["openclaw"]["claw-eval/mail_confirm_budget_review"]
+    judged = oracle_run("openclaw")["claw-eval/mail_confirm_budget_review"]
     details = judged.score["details"]
     assert details["judge"] == "scripted (fixed verdict 1.0)" and details["judge_calls"]
     assert json.loads(details["judge_calls"][0]["reply"])["score"] == 1.0
-    dentist = oracle_runs["openclaw"]["claw-eval/calendar_dentist_ask_first"]
+    dentist = oracle_run("openclaw")["claw-eval/calendar_dentist_ask_first"]
     created = dentist.score["details"]["audit"]["calendar"]["created_events"]
     assert [e["start"] for e in created] == ["2026-12-09T10:00"]  # the slot the user named
     from pomona import trajectories
