@@ -18,6 +18,10 @@ from pomona.trainer import orchard
 from pomona.trainer.episodes import Filters, load
 from pomona.trainer.export import export
 
+# the session fixtures (harness recordings, a tiny model's SFT run) are set up inside the first
+# test's time; on a busy shared 2-core machine that can exceed the suite-wide 300 s
+pytestmark = pytest.mark.timeout(900)
+
 # the fields of slime's `Sample` (slime/utils/types.py) a sample dict may carry
 SLIME_FIELDS = {
     "group_index", "index", "prompt", "tokens", "multimodal_inputs", "multimodal_train_inputs",

@@ -23,6 +23,10 @@ from pomona.trainer.bar import BarConfig
 from pomona.trainer.branching import harness_values, sft_examples, shell_values
 from pomona.trainer.episodes import load
 
+# the session fixtures (harness recordings, a tiny model's SFT run) are set up inside the first
+# test's time; on a busy shared 2-core machine that can exceed the suite-wide 300 s
+pytestmark = pytest.mark.timeout(900)
+
 HELLO = builtin.get("files/create-hello")
 # solved after the first command, undone by the second: the critical turn is 1
 UNDONE = Task(id="credit/create-then-delete", instruction=HELLO.instruction,
