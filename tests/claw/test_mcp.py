@@ -15,7 +15,7 @@ from pomona.harnesses.base import RunContext
 from pomona.harnesses.mcp import McpServer, McpUnsupported, check_unique, codex_toml
 from pomona.harnesses.registry import get
 
-MCP_HARNESSES = ["openclaw", "claude-code", "opencode", "hermes", "claw-eval"]
+MCP_HARNESSES = ["openclaw", "claude-code", "opencode", "hermes", "codex", "claw-eval"]
 NOTE = runtime.Tool(
     "create_note",
     "Create a note.",
