@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from pomona.proxy.server import AppServer
 from pomona.viewer.app import create_app
@@ -27,6 +28,10 @@ ARTIFACTS = (
 )
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SWE_TASK = "jpvanhal__inflection-1"
+WAIT_MS = 300_000
+"""How long a page may take to show something: generous, since the machine is busy and nothing
+here is a timing assertion (Playwright's own default is 5 s)."""
+expect.set_options(timeout=WAIT_MS)
 
 
 def pomona(*args: str) -> subprocess.Popen:
@@ -99,6 +104,7 @@ class Page:
 
     def __init__(self, page: Any, base: str):
         self.page, self.base = page, base
+        page.set_default_timeout(WAIT_MS)
         self.errors: list[str] = []
         self.dialogs: list[str] = []
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)

@@ -137,6 +137,26 @@ def test_each_message_of_an_episode_is_sent_once(tmp_path: Path, serve: Any) -> 
     assert api.get("/api/episode/call", params={"key": "g", "n": 4}).status_code == 404
 
 
+def test_a_run_is_running_while_its_writer_is_at_work(tmp_path: Path, serve: Any) -> None:
+    episodes = TrajectoryWriter(tmp_path, "episodes")
+    episodes.write(episode_row("a", "t", 0))  # ended long ago
+    api = serve(tmp_path)
+    assert api.get("/api/overview").json()["live_runs"] == []
+    calls = TrajectoryWriter(tmp_path, "calls")
+    calls.write(call_row("b", 0))  # the same process has an episode in flight
+    assert api.get("/api/overview").json()["live_runs"] == ["r1"]
+    now = datetime.now(UTC)
+    episodes.write(episode_row("b", "t", 1, started_at=now, ended_at=now))
+    busy = api.get("/api/overview").json()
+    assert busy["live_runs"] == ["r1"] and busy["in_flight"] == []  # it just finished one
+    assert api.get("/api/runs").json()["runs"][0]["live"] is True
+    calls.close()
+    episodes.close()  # end-of-stream markers: no new rows, but the run is over
+    done = api.get("/api/overview").json()
+    assert done["live_runs"] == [] and done["version"] == busy["version"]
+    assert api.get("/api/runs").json()["runs"][0]["live"] is False
+
+
 def test_a_torn_tail_is_skipped_until_it_is_whole(tmp_path: Path, serve: Any) -> None:
     writer = TrajectoryWriter(tmp_path, "calls")
     writer.write(call_row("e", 0))

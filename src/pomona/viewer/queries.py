@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import asdict
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -61,34 +62,42 @@ def episodes_table(index: StoreIndex) -> pa.Table:
 
 
 def in_flight(index: StoreIndex) -> list[dict[str, Any]]:
-    """Episodes whose calls are recorded but whose row is not written yet, from live writers.
+    """Episodes whose calls are recorded but whose row is not written yet, from writers still
+    alive (a dead writer's unfinished episodes will never end: they are not in flight).
 
     The proxy writes an episode's row when the episode closes, so a running episode shows only
     through its calls until then."""
+    live = {s.number for s in index.calls.live_files()}  # fresh: a writer may die any time
+    return [
+        {k: v for k, v in e.items() if k != "_file"}
+        for e in _unfinished(index)
+        if e["_file"] in live
+    ]
+
+
+def _unfinished(index: StoreIndex) -> list[dict[str, Any]]:
+    """Calls without an episode row, by episode, newest first (per version of the store)."""
 
     def compute() -> list[dict[str, Any]]:
-        live = {s.number for s in index.calls.live_files()}
         calls = index.calls.data()
-        if not live or calls.num_rows == 0:
+        if calls.num_rows == 0:
             return []
-        mask = pc.is_in(calls["_file"], pa.array(sorted(live), pa.int32()))
         known = index.episodes.data()["episode"]
-        mask = pc.and_(mask, pc.invert(pc.is_in(calls["episode"], known)))
-        mask = pc.and_(mask, pc.is_valid(calls["episode"]))
+        mask = pc.and_(pc.invert(pc.is_in(calls["episode"], known)), pc.is_valid(calls["episode"]))
         pending = calls.filter(mask)
         if pending.num_rows == 0:
             return []
         grouped = pending.group_by("episode").aggregate(
-            [("call_id", "count"), ("started_at", "min"), ("ended_at", "max")]
+            [("call_id", "count"), ("started_at", "min"), ("ended_at", "max"), ("_file", "max")]
         )
         rows = grouped.sort_by([("ended_at_max", "descending")]).to_pylist()
         return [
-            {"episode": r["episode"], "calls": r["call_id_count"],
+            {"episode": r["episode"], "calls": r["call_id_count"], "_file": r["_file_max"],
              "started_at": jsonable(r["started_at_min"]), "last_call_at": jsonable(r["ended_at_max"])}
             for r in rows
         ]  # fmt: skip
 
-    return index.cached("in_flight", compute)
+    return index.cached("unfinished", compute)
 
 
 # --- runs ----------------------------------------------------------------------------------------
@@ -101,29 +110,55 @@ def _joined(values: list[Any]) -> str:
 
 def runs(index: StoreIndex) -> list[dict[str, Any]]:
     """Every run, newest first: what ran, counts, resolve rate, infra failures, whether live."""
+    running = live_runs(index)
+    return [{**_plain(r), "live": r["run"] in running} for r in _run_summaries(index)]
 
+
+def live_runs(index: StoreIndex) -> set[str]:
+    """Runs still running, judged now: the store records no end of run, so a run is running
+    while the process writing its rows is alive and appending (no end-of-stream marker), and it
+    has episodes in flight or finished one in the last LIVE_WINDOW_S seconds. This changes with
+    time and processes, not rows, so it is never cached."""
+    files = {s.number: s for s in index.episodes.live_files()}
+    if not files:
+        return set()
+    busy = _busy_writers(index)
+    now = datetime.now(UTC)
+    running = set()
+    for r in _run_summaries(index):
+        mine = [files[n] for n in r["_files"] if n in files]
+        if not mine:
+            continue
+        last = r["_last"]
+        recent = last is not None and (now - last).total_seconds() < LIVE_WINDOW_S
+        if recent or any(s.writer_pid in busy for s in mine):
+            running.add(r["run"])
+    return running
+
+
+def _busy_writers(index: StoreIndex) -> set[int | None]:
+    """Writer processes (by pid) with episodes in flight."""
+    by_number = {s.number: s.writer_pid for s in index.calls.live_files()}
+    return {by_number[e["_file"]] for e in _unfinished(index) if e["_file"] in by_number}
+
+
+def _run_summaries(index: StoreIndex) -> list[dict[str, Any]]:
     def compute() -> list[dict[str, Any]]:
         data = episodes_table(index)
         if data.num_rows == 0:
             return []
-        live_files = {s.number for s in index.episodes.live_files()}
-        pending = bool(in_flight(index))
         rows = data.select([*SUMMARY_COLUMNS, "num_calls", "started_at", "ended_at", "status",
                             "_file"]).to_pylist()  # fmt: skip
         by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             by_run[row["run"] or "(no run)"].append(row)
-        newest = max((r["ended_at"] for r in rows if r["ended_at"] is not None), default=None)
-        out = []
-        for run, group in by_run.items():
-            out.append(_run_summary(run, group, live_files, pending, newest))
+        out = [_run_summary(run, group) for run, group in by_run.items()]
         return sorted(out, key=lambda r: r["started_at"] or "", reverse=True)
 
     return index.cached("runs", compute)
 
 
-def _run_summary(run: str, group: list[dict[str, Any]], live_files: set[int], pending: bool,
-                 newest: Any) -> dict[str, Any]:  # fmt: skip
+def _run_summary(run: str, group: list[dict[str, Any]]) -> dict[str, Any]:
     summaries = metrics.summarize(group)
     trials = sum(s.trials for s in summaries)
     rate = sum((s.resolve_rate or 0.0) * s.trials for s in summaries) / trials if trials else None
@@ -131,8 +166,6 @@ def _run_summary(run: str, group: list[dict[str, Any]], live_files: set[int], pe
     failures = Counter(r["failure_kind"] for r in group if r["status"] == "infra")
     last = max((r["ended_at"] for r in group if r["ended_at"] is not None), default=None)
     started = min((r["started_at"] for r in group if r["started_at"] is not None), default=None)
-    recent = last is not None and (newest - last).total_seconds() < LIVE_WINDOW_S
-    live = any(r["_file"] in live_files for r in group) and (pending or recent)
     return {
         "run": run,
         "benchmark": _joined([r["benchmark"] for r in group]),
@@ -149,7 +182,8 @@ def _run_summary(run: str, group: list[dict[str, Any]], live_files: set[int], pe
         "calls": sum(r["num_calls"] or 0 for r in group),
         "started_at": jsonable(started),
         "last_at": jsonable(last),
-        "live": live,
+        "_files": sorted({r["_file"] for r in group}),
+        "_last": last,
     }
 
 
@@ -355,6 +389,7 @@ def overview(index: StoreIndex) -> dict[str, Any]:
         "episodes": index.episodes.data().num_rows,
         "calls": index.calls.data().num_rows,
         "live_writers": sorted(index.live_writers()),
+        "live_runs": sorted(live_runs(index)),
         "torn_files": index.torn_files(),
         "in_flight": in_flight(index),
     }

@@ -126,8 +126,10 @@ export function watch(refresh, everyMs = 2000) {
       const o = await api("/api/overview");
       const live = o.live_writers.length ? ` · ${o.in_flight.length} episode(s) in flight` : "";
       replace("store", `${o.episodes} episodes · ${o.calls} calls${live}`);
-      if (o.version !== version) {
-        version = o.version;
+      // rows move the version; a run ending or a writer dying changes what is live, not rows
+      const state = JSON.stringify([o.version, o.live_runs, o.in_flight.length, o.torn_files]);
+      if (state !== version) {
+        version = state;
         await refresh(o);
       }
     } catch (e) {
