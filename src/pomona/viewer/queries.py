@@ -117,22 +117,26 @@ def runs(index: StoreIndex) -> list[dict[str, Any]]:
 def live_runs(index: StoreIndex) -> set[str]:
     """Runs still running, judged now: the store records no end of run, so a run is running
     while the process writing its rows is alive and appending (no end-of-stream marker), and it
-    has episodes in flight or finished one in the last LIVE_WINDOW_S seconds. This changes with
-    time and processes, not rows, so it is never cached."""
+    finished one in the last LIVE_WINDOW_S seconds, or it is the latest run of a writer with
+    episodes in flight. This changes with time and processes, not rows, so it is never cached."""
     files = {s.number: s for s in index.episodes.live_files()}
     if not files:
         return set()
     busy = _busy_writers(index)
     now = datetime.now(UTC)
     running = set()
+    latest: dict[
+        int, tuple[Any, str]
+    ] = {}  # live file -> (last episode end, run) of its newest run
     for r in _run_summaries(index):
-        mine = [files[n] for n in r["_files"] if n in files]
-        if not mine:
-            continue
+        mine = [n for n in r["_files"] if n in files]
         last = r["_last"]
-        recent = last is not None and (now - last).total_seconds() < LIVE_WINDOW_S
-        if recent or any(s.writer_pid in busy for s in mine):
+        if mine and last is not None and (now - last).total_seconds() < LIVE_WINDOW_S:
             running.add(r["run"])
+        for n in mine:
+            if last is not None and (n not in latest or last > latest[n][0]):
+                latest[n] = (last, r["run"])
+    running |= {run for n, (_, run) in latest.items() if files[n].writer_pid in busy}
     return running
 
 
