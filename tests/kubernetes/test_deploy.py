@@ -147,18 +147,21 @@ def test_secrets_are_referenced_never_rendered():
 
 
 def test_probes_ask_each_server_its_own_health_route(tmp_path):
+    from fastapi.testclient import TestClient
+
     from pomona.orchestrator.server.app import build
     from pomona.proxy import ProxyConfig
     from pomona.proxy.app import create_app
 
-    routes = {
-        "pomona-orchestrator": {r.path for r in build("local", str(tmp_path)).routes},
-        "pomona-proxy": {r.path for r in create_app(ProxyConfig()).routes},
+    apps = {
+        "pomona-orchestrator": build("local", str(tmp_path)),
+        "pomona-proxy": create_app(ProxyConfig()),
     }
     for deployment in by_kind(render(Values()), "Deployment"):
         container = deployment["spec"]["template"]["spec"]["containers"][0]
+        client = TestClient(apps[deployment["metadata"]["name"]])
         for probe in ("readinessProbe", "livenessProbe"):
-            assert container[probe]["httpGet"]["path"] in routes[deployment["metadata"]["name"]]
+            assert client.get(container[probe]["httpGet"]["path"]).status_code == 200
 
 
 def test_availability_objects():

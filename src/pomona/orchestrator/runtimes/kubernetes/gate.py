@@ -55,9 +55,12 @@ exit "$c"
 """.replace("__RUN__", RUN_DIR).replace("__DRAIN__", DRAIN)
 
 # $0 busybox, $1 exec id, $2 signal, $3 the command's uid ("": ours): signal the exec's process group (the pid
-# itself if setsid had not run yet), as the command's own user (root holds no CAP_KILL).
+# itself if setsid had not run yet), as the command's own user (root holds no CAP_KILL). The
+# caller believes the command runs: its pid file may be a moment late, so wait up to 5 s for it.
 SIGNAL = r"""f=__RUN__/x/$1
-[ -f "$f" ] || exit 0
+i=0
+while [ ! -s "$f" ] && [ $i -lt 50 ]; do $0 sleep 0.1; i=$((i + 1)); done
+[ -s "$f" ] || exit 0
 p=$($0 cat "$f") || exit 0
 as=""; [ -z "$3" ] || as="$0 nsenter -F -S $3 -G $3"
 exec $as $0 sh -c 'kill -"$0" -"$1" 2>/dev/null || kill -"$0" "$1" 2>/dev/null; exit 0' "$2" "$p"
