@@ -105,3 +105,41 @@ def test_the_orchestrator_environment_never_reaches_a_sandbox(local_client, monk
     assert "orchestrator-secret-4242" not in result.stdout
     assert sorted(result.stdout.split()[-4:]) == ["0", "1", "2", "3"]  # no fd of ours inside
     assert os.environ["POMONA_API_KEYS"] == "admin:orchestrator-secret-4242"
+
+
+REMOUNT_RAW = textwrap.dedent("""
+    import ctypes, errno, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_REMOUNT, MS_BIND = 32, 4096
+    failed = libc.mount(None, sys.argv[1].encode(), None, MS_REMOUNT | MS_BIND, None) != 0
+    print(errno.errorcode[ctypes.get_errno()] if failed else "REMOUNTED")
+""")
+
+
+def test_the_kernel_locks_read_only_mounts_even_without_the_filter(local_client, payload_dir):
+    """Defence in depth: root with every capability of the sandbox's user namespace and no seccomp
+    filter (this host's nsenter, not the sandbox's way in) still cannot remount read-write."""
+    import subprocess
+
+    mount = Mount(source=str(payload_dir), target="/opt/pomona/tools")
+    with local_client.create_sandbox("host", user="root", mounts=[mount]) as sb:
+        idle = local_client._async._runtime.sandboxes[sb.id].record.idle_pid
+        for target in ("/opt/pomona/tools", "/dev/.pomona/busybox"):
+            done = subprocess.run(
+                [
+                    "nsenter",
+                    "-t",
+                    str(idle),
+                    "-U",
+                    "-m",
+                    "--",
+                    "python3",
+                    "-c",
+                    REMOUNT_RAW,
+                    target,
+                ],
+                capture_output=True,
+                text=True,
+            )
+            assert done.stdout.strip() == "EPERM", (target, done.stdout, done.stderr)
+    assert (payload_dir / "payload.txt").read_text() == "original payload\n"
