@@ -41,6 +41,26 @@ def site(client: Any) -> Any:
         yield session
 
 
+RELAY = (  # one call on the broker's calls port, as the MCP server makes it
+    "import socket, sys\n"
+    f"c = socket.create_connection(('127.0.0.1', {CALLS_PORT}), timeout=300)\n"
+    "c.sendall(sys.stdin.buffer.read())\n"
+    "print(c.makefile('rb').readline().decode().strip())\n"
+)
+
+
+def served(bridge: McpBridge, command: str) -> Any:
+    """Run `command` in the bridge's sandbox while this thread serves its tool calls."""
+    out: dict[str, Any] = {}
+    caller = threading.Thread(
+        target=lambda: out.update(r=bridge.sandbox.exec(command, timeout=300)), daemon=True
+    )
+    caller.start()
+    bridge.serve_while(caller.is_alive)
+    caller.join()
+    return out["r"]
+
+
 def text_of(answer: dict[str, Any]) -> str:
     return "\n".join(c["text"] for c in answer["content"] if c["type"] == "text")
 
@@ -109,21 +129,21 @@ def test_the_broker_serves_calls_and_refuses_an_impostor(site: Any, unavailable:
             "f.flush()\n"
             "print(f.readline().decode().strip()); print(f.readline().decode().strip())\n"
         )
-        out: dict[str, Any] = {}
-        caller = threading.Thread(
-            target=lambda: out.update(
-                r=sandbox.exec(f"{PYTHON} -c {shlex.quote(probe)}", timeout=300)
-            )
-        )
-        caller.start()
-        bridge.serve_while(caller.is_alive)
-        caller.join()
-        lines = [json.loads(x) for x in out["r"].stdout.splitlines()]
-        assert out["r"].exit_code == 0 and lines[0] == {"impostor_dropped": True}, out["r"]
+        result = served(bridge, f"{PYTHON} -c {shlex.quote(probe)}")
+        lines = [json.loads(x) for x in result.stdout.splitlines()]
+        assert result.exit_code == 0 and lines[0] == {"impostor_dropped": True}, result
         assert not lines[1]["is_error"] and "URL: http://dictionary.pomona.test/" in text_of(
             lines[1]
         )
         assert lines[2]["is_error"]  # a line that is no call gets an error, and the broker lives on
+        # the browser dies under the harness: the call says so, and the episode's failure is infra
+        sandbox.exec("pkill -9 -f -- --user-data-dir=/tmp/pomona-chromium", timeout=30)
+        call = (
+            f"printf '%s\\n' '{{\"tool\": \"browser_observe\"}}' | {PYTHON} -c {shlex.quote(RELAY)}"
+        )
+        answer = json.loads(served(bridge, call).stdout)
+        assert answer["is_error"] and "the browser failed" in text_of(answer)
+        assert bridge.failure is not None and bridge.failure.kind == "sandbox"
     finally:
         bridge.close()
 

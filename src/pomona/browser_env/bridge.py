@@ -16,12 +16,10 @@ server more than once; the broker is the fixed point both sides connect to.
 
 from __future__ import annotations
 
-import io
 import json
 import secrets
 import shlex
 import socket
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,16 +45,6 @@ ENDED = (
 )
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 class McpBridge:
     """Serves the browser's tools to the MCP servers a harness starts in the session's sandbox.
     `ended()` says whether the page itself finished the episode (MiniWoB)."""
@@ -79,7 +67,8 @@ class McpBridge:
         files["tools.json"] = json.dumps(TOOLS).encode()
         files["token"] = token.encode()
         staging = f"/tmp/pomona-browser-{secrets.token_hex(4)}"
-        self.sandbox.upload_dir(staging, _tar(files))
+        for name, data in files.items():
+            self.sandbox.write_file(f"{staging}/{name}", data)
         broker = shlex.join(
             [PYTHON, f"{HOME}/broker.py", "--backend-port", str(BACKEND_PORT),
              "--calls-port", str(CALLS_PORT), "--token-file", f"{HOME}/token"]

@@ -20,7 +20,9 @@ from pathlib import Path
 
 IMAGE = "pomona/browser:bookworm"
 CACHE = Path("/var/cache/pomona/images")
-PACKAGES = ("chromium", "python3", "procps", "fonts-dejavu-core")
+# dbus-x11: debootstrap's --include takes no alternatives, and Chromium's dconf needs a provider
+# of dbus-session-bus (this one pulls no systemd)
+PACKAGES = ("chromium", "python3", "procps", "fonts-dejavu-core", "dbus-x11")
 SUITE = "bookworm"
 
 
