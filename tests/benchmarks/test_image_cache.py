@@ -82,3 +82,63 @@ def test_a_rebuilt_image_replaces_the_cached_one(
         assert main(["images", "prune", "--state-dir", state]) == 0
         with client.create_sandbox(REF) as sb:  # forgotten and pruned: fetched again on use
             assert sb.exec("cat /marker").stdout == "two\n"
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Any:
+    """A real registry (Debian's docker-registry) on a free loopback port."""
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path}/data\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:  # it serves once it listens; a dead server ends the wait
+            assert server.poll() is None, "docker-registry exited"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v2/").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_a_missing_swe_image_is_pulled_from_a_reachable_registry(
+    base: str, registry: str, tmp_path: Path
+) -> None:
+    from pomona.benchmarks import swe_images
+
+    build("pulled", tmp_path)
+    image = f"{registry}/swebench/sweb.eval.x86_64.pomona_1776_pulled-1:latest"
+    subprocess.run(
+        ["skopeo", "copy", "--dest-tls-verify=false", f"docker-daemon:{REF}", f"docker://{image}"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+    said: list[str] = []
+    assert (
+        swe_images.ensure([{"instance_id": "pomona__pulled-1", "image": image}], say=said.append)
+        == {}
+    )
+    assert any("pulling" in line for line in said)
+    assert (
+        subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    )
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
