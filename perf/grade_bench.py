@@ -64,48 +64,15 @@ def main() -> int:
     state = tempfile.mkdtemp(prefix="pomona-grade-bench-state-")
     try:
         data, n = dataset(work)
+        common = ["-d", str(data), "-p", "gold"]
+        pomona = [str(REPO / ".venv" / "bin" / "pomona"), "grade", *common, "--run-id", "b",
+                  "--max-workers", str(args.workers)]
         tools = {
             "swebench run_evaluation (docker)": [
-                PYTHON,
-                "-m",
-                "swebench.harness.run_evaluation",
-                "-d",
-                str(data),
-                "-p",
-                "gold",
-                "--run_id",
-                "b",
-                "--max_workers",
-                str(args.workers),
-            ],
-            "pomona grade --runtime docker": [
-                str(REPO / ".venv" / "bin" / "pomona"),
-                "grade",
-                "-d",
-                str(data),
-                "-p",
-                "gold",
-                "--run-id",
-                "b",
-                "--max-workers",
-                str(args.workers),
-                "--runtime",
-                "docker",
-            ],
-            "pomona grade --runtime local": [
-                str(REPO / ".venv" / "bin" / "pomona"),
-                "grade",
-                "-d",
-                str(data),
-                "-p",
-                "gold",
-                "--run-id",
-                "b",
-                "--max-workers",
-                str(args.workers),
-                "--state-dir",
-                state,
-            ],
+                PYTHON, "-m", "swebench.harness.run_evaluation", *common, "--run_id", "b",
+                "--max_workers", str(args.workers)],
+            "pomona grade --runtime docker": [*pomona, "--runtime", "docker"],
+            "pomona grade --runtime local": [*pomona, "--state-dir", state],
         }
         print(f"{n} instances, gold patches, {args.workers} workers, load {os.getloadavg()[0]:.1f}")
         print(f"{'tool':36} {'seconds':>8} {'s/instance':>11}  resolved")
