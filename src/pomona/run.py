@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -193,11 +194,15 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = run_benchmark(args.benchmark, args.harness, args.model, k=args.k, runtime=args.runtime,
-                           trajectories=args.trajectories, concurrency=args.concurrency,
-                           timeout=args.timeout, models=args.models, task_ids=args.tasks,
-                           state_dir=args.state_dir, judge=args.judge,
-                           judge_prompts=args.judge_prompts)
+    try:
+        result = run_benchmark(args.benchmark, args.harness, args.model, k=args.k,
+                               runtime=args.runtime, trajectories=args.trajectories,
+                               concurrency=args.concurrency, timeout=args.timeout,
+                               models=args.models, task_ids=args.tasks, state_dir=args.state_dir,
+                               judge=args.judge, judge_prompts=args.judge_prompts)
+    except (KeyError, ValueError) as e:  # bad input (names, combinations): said, not a traceback
+        print(f"pomona run: {e.args[0] if e.args else e}", file=sys.stderr)
+        return EXIT_NOT_RUN
     print(f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n")
     print(task_table(result.rows))
     if failed := failures(result.rows):

@@ -19,11 +19,14 @@ pytestmark = pytest.mark.docker
 def test_browser_env_runs_in_the_browser_image_on_docker() -> None:
     if not docker_available():
         pytest.skip("no Docker engine")
-    tag = image.build()  # cached: built once per machine (debootstrap, a few minutes)
-    env = gym.make("pomona/BrowserEnv-v0", benchmark="miniwob", runtime="docker", image=tag)
+    # the image is the browser image by default on docker: built once per machine (debootstrap,
+    # a few minutes), then cached
+    env = gym.make("pomona/BrowserEnv-v0", benchmark="miniwob", runtime="docker")
     try:
         _, info = env.reset(seed=4, options={"task": "miniwob/enter-text"})
-        container = env.unwrapped.session.sandbox.id
+        sandbox = env.unwrapped.session.sandbox
+        assert sandbox.info.spec.image == image.IMAGE
+        container = sandbox.id
         for action in suite.oracle_actions(env.unwrapped.task, info["instruction"], info["marks"]):
             obs, reward, terminated, _, step = env.step(action)
         assert terminated and step["failure"] == "none" and reward == 1.0, step

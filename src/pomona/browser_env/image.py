@@ -78,6 +78,12 @@ def build(tag: str = IMAGE, cache: Path = CACHE, force: bool = False) -> str:
     return tag
 
 
+def for_runtime(runtime: str | None) -> str:
+    """The image a browser sandbox gets by default: the host's root (with Debian's Chromium) on
+    the `local` runtime and an orchestrator's, the browser image (built if missing) on Docker."""
+    return build() if runtime == "docker" else "host"
+
+
 def add_browser_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `browser` on a `pomona` subparsers object."""
     p = subparsers.add_parser("browser", help="the browser layer: build its container image")

@@ -30,6 +30,7 @@ from gymnasium import spaces
 from pomona.benchmarks.browser import suite
 from pomona.benchmarks.task import Task
 from pomona.browser_env import actions
+from pomona.browser_env import image as browser_image
 from pomona.browser_env.chromium import ChromiumOptions
 from pomona.browser_env.errors import ActionError, BrowserInfraError, NavigationFailed
 from pomona.browser_env.session import BrowserSession, Observation, SessionOptions
@@ -56,7 +57,7 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         viewport: tuple[int, int] | None = None,
         max_steps: int = 15,
         page_timeout: float = 30.0,
-        image: str = "host",
+        image: str | None = None,  # default: the host on `local`, the browser image on docker
         render_mode: str | None = None,
     ):
         self.tasks = tasks or suite.load(benchmark)
@@ -64,7 +65,9 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         self.viewport = viewport or (MINIWOB_VIEWPORT if miniwob_only else (1024, 768))
         self.runtime, self.state_dir, self.max_steps = runtime, state_dir, max_steps
         self.options = SessionOptions(
-            chromium=ChromiumOptions(viewport=self.viewport), page_timeout=page_timeout, image=image
+            chromium=ChromiumOptions(viewport=self.viewport),
+            page_timeout=page_timeout,
+            image=image or browser_image.for_runtime(runtime),
         )
         self.render_mode = render_mode
         width, height = self.viewport

@@ -31,6 +31,7 @@ from typing import Any
 from pomona.benchmarks.browser import judges, layouts, suite
 from pomona.benchmarks.task import Task
 from pomona.browser_env import actions
+from pomona.browser_env import image as browser_image
 from pomona.browser_env.bridge import PYTHON_HARNESS, McpBridge
 from pomona.browser_env.errors import BrowserInfraError
 from pomona.browser_env.session import BrowserSession, SessionOptions
@@ -386,7 +387,7 @@ def run_benchmark(
     """`pomona run` for a browser benchmark: the WebVoyager loop, or a harness that takes MCP."""
     from pomona.gym.sandboxes import shared_client
 
-    options = SessionOptions()
+    options = SessionOptions(image=browser_image.for_runtime(runtime))
     if harness != NATURAL_HARNESS:
         options = harness_options(link, options, harness)
     run = BrowserRun(
