@@ -78,6 +78,11 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = value
 
 
+def _list(api_version: str, kind: str, objects: Any, selector: str | None) -> JSONResponse:
+    items = [o for o in objects if _matches(o["metadata"].get("labels", {}), selector)]
+    return JSONResponse({"apiVersion": api_version, "kind": kind, "metadata": {}, "items": items})
+
+
 def _copy(source: Path, target: Path) -> None:
     """A volume's contents with owners, modes and links kept, as a CSI snapshot keeps them."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -439,18 +444,11 @@ class StandIn:
 
         @app.get(snapshots)
         async def list_snapshots(namespace: str, labelSelector: str | None = None) -> JSONResponse:  # noqa: N803
-            items = [
-                v
-                for v in self.snapshots.values()
-                if _matches(v["metadata"].get("labels", {}), labelSelector)
-            ]
-            return JSONResponse(
-                {
-                    "apiVersion": "snapshot.storage.k8s.io/v1",
-                    "kind": "VolumeSnapshotList",
-                    "metadata": {},
-                    "items": items,
-                }
+            return _list(
+                "snapshot.storage.k8s.io/v1",
+                "VolumeSnapshotList",
+                self.snapshots.values(),
+                labelSelector,
             )
 
         @app.get(snapshots + "/{name}")
@@ -509,18 +507,8 @@ class StandIn:
 
         @app.get(policies)
         async def list_policies(namespace: str, labelSelector: str | None = None) -> JSONResponse:  # noqa: N803
-            items = [
-                p
-                for p in self.policies.values()
-                if _matches(p["metadata"].get("labels", {}), labelSelector)
-            ]
-            return JSONResponse(
-                {
-                    "apiVersion": "networking.k8s.io/v1",
-                    "kind": "NetworkPolicyList",
-                    "metadata": {},
-                    "items": items,
-                }
+            return _list(
+                "networking.k8s.io/v1", "NetworkPolicyList", self.policies.values(), labelSelector
             )
 
         @app.post(policies)

@@ -185,9 +185,14 @@ def test_idle_reaps_orphans_and_leaves_on_sigterm(tmp_path):
     )
     try:
         deadline = time.monotonic() + 30
-        while not (tmp_path / "run" / "x").exists() and time.monotonic() < deadline:
+        run = tmp_path / "run"
+
+        def private() -> bool:  # made, then closed to all but root (mkdir, then chmod)
+            return (run / "x").exists() and run.stat().st_mode & 0o777 == 0o700
+
+        while not private() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert oct((tmp_path / "run").stat().st_mode & 0o777) == "0o700"
+        assert private()
         init = int(
             subprocess.run(
                 ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True

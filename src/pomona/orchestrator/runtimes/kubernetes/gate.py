@@ -89,6 +89,15 @@ def forwarder(busybox: str, port: int, host: str, target_port: int) -> list[str]
     return [busybox, "nc", "-ll", "-p", str(port), "-e", busybox, "nc", host, str(target_port)]
 
 
+def _run(script: str, busybox: str, *args: str) -> list[str]:
+    """busybox sh -c SCRIPT, with $0 the busybox path (the scripts call their applets through it)."""
+    return [busybox, "sh", "-c", script, busybox, *args]
+
+
+def _uid(uid: int | None) -> str:
+    return "" if uid is None else str(uid)
+
+
 def exec_argv(
     exec_id: str,
     uid: int | None,
@@ -100,33 +109,13 @@ def exec_argv(
 ) -> list[str]:
     """The argv an exec through the API server runs: the gate, then the command."""
     nin = "-" if stdin_length is None else str(stdin_length)
-    return [
-        busybox,
-        "sh",
-        "-c",
-        script,
-        busybox,
-        exec_id,
-        "" if uid is None else str(uid),
-        cwd,
-        nin,
-        *argv,
-    ]
+    return _run(script, busybox, exec_id, _uid(uid), cwd, nin, *argv)
 
 
 def signal_argv(
     exec_id: str, signum: int, uid: int | None, busybox: str = BUSYBOX, script: str = SIGNAL
 ) -> list[str]:
-    return [
-        busybox,
-        "sh",
-        "-c",
-        script,
-        busybox,
-        exec_id,
-        str(signum),
-        "" if uid is None else str(uid),
-    ]
+    return _run(script, busybox, exec_id, str(signum), _uid(uid))
 
 
 def pty_argv(
@@ -139,20 +128,8 @@ def pty_argv(
     busybox: str = BUSYBOX,
     script: str = PTY,
 ) -> list[str]:
-    return [
-        busybox,
-        "sh",
-        "-c",
-        script,
-        busybox,
-        exec_id,
-        "" if uid is None else str(uid),
-        cwd,
-        str(rows),
-        str(cols),
-        *argv,
-    ]
+    return _run(script, busybox, exec_id, _uid(uid), cwd, str(rows), str(cols), *argv)
 
 
 def idle_argv(busybox: str = BUSYBOX, script: str = IDLE) -> list[str]:
-    return [busybox, "sh", "-c", script, busybox]
+    return _run(script, busybox)
