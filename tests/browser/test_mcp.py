@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pomona import trajectories
+from pomona import cli, trajectories
 from pomona.benchmarks.browser import runner, suite
 from pomona.benchmarks.browser.web import INSTALL_DIR
 from pomona.browser_env import BrowserSession, NavigationFailed, SessionOptions
@@ -178,3 +178,12 @@ def test_a_harness_browses_a_local_task(
     assert messages[1]["content"].startswith("Now given a task:")
     assert messages[-1]["content"].endswith(f"ANSWER; {record.final_answer}")
     assert runner.final_answer("ANSWER; Latin.") == "Latin."
+
+
+def test_a_harness_without_mcp_is_refused_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--benchmark", "webvoyager-local", "--harness", "pi", "--trajectories",
+            str(tmp_path / "runs")]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert "pi has no MCP client" in capsys.readouterr().err
