@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pomona import SandboxClient
@@ -226,7 +227,7 @@ def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
 
     from pomona.orchestrator.runtimes import make_runtime
     from pomona.orchestrator.server.app import KeyRing, create_app
-    from pomona.orchestrator.server.coordinator import Coordinator
+    from pomona.orchestrator.server.coordinator import Coordinator, Timing
     from pomona.orchestrator.server.store import SqliteStore
     from pomona.orchestrator.service import SandboxService
     from tests.service.harness import server_thread
@@ -243,12 +244,20 @@ def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
 
     state.mkdir(parents=True)
     service = SandboxService(make_runtime("local", str(state)), reap_interval=10**9)
-    app = create_app(Coordinator(service, AnswerLostOnce(state / "store.db")), KeyRing(KEYS))
+    timing = Timing(maintenance_interval=0.2, replica_ttl=1.5, lock_ttl=3.0)
+    app = create_app(Coordinator(service, AnswerLostOnce(state / "store.db"), timing), KeyRing(KEYS))
     with server_thread(app) as url, sdk(url) as client:
         sb = client.create_sandbox()
         result = sb.exec("echo once >> /workspace/log")  # 503, retried with the same key
         assert result.exit_code == 0 and AnswerLostOnce.lost
         assert sb.exec("cat /workspace/log").stdout == "once\n"
+        # no retry at all (the client gave up, or retried on another replica, which only waits):
+        # the replica that stored it starts it at its next maintenance pass, once
+        AnswerLostOnce.lost = False
+        with httpx.Client(base_url=url, headers={"X-API-Key": KEYS["alice"]}, timeout=60) as http:
+            answer = http.post(f"/sandboxes/{sb.id}/exec", json={"command": "echo once >> /workspace/log"})
+        assert answer.status_code == 503 and AnswerLostOnce.lost
+        poll(lambda: sb.exec("cat /workspace/log").stdout == "once\nonce\n", what="the stored job ran")
 
 
 def test_a_clean_stop_of_the_service_releases_the_store(state):

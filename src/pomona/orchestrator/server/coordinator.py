@@ -92,6 +92,7 @@ class Coordinator:
         self.timing = timing or Timing()
         self.replica = secrets.token_hex(6)
         self._jobs: dict[str, _LiveJob] = {}
+        self._unsure: set[str] = set()  # jobs whose store write went unanswered
         self._locks: dict[str, asyncio.Lock] = {}
         self._synced: dict[str, float] = {}  # sandbox id -> created_at this replica's runtime knows
         self._background: set[asyncio.Task] = set()
@@ -165,6 +166,7 @@ class Coordinator:
     async def maintain(self) -> None:
         self._ticks += 1
         await self.store.beat(self.replica, self.timing.replica_ttl)
+        await self._start_unsure_jobs()
         if await self.store.try_lock("maintenance", self.replica,
                                      self.timing.maintenance_interval * 3) is not None:
             return  # another replica is the reaper this round
@@ -362,7 +364,11 @@ class Coordinator:
         job = JobRecord(id=new_id("job"), sandbox_id=sandbox_id, owner=who.name,
                         replica=self.replica, request=request, created_at=time.time())
         key = f"{who.name}:{sandbox_id}:{idempotency_key}" if idempotency_key else None
-        stored = await self.store.add_job(job, key)
+        try:
+            stored = await self.store.add_job(job, key)
+        except Exception:
+            self._unsure.add(job.id)  # written or not: maintenance finds out
+            raise
         if stored.id != job.id:
             if stored.request != request:
                 raise SandboxConflict(f"idempotency key {idempotency_key!r} was used for a different "
@@ -373,6 +379,17 @@ class Coordinator:
         live = self._jobs[job.id] = _LiveJob(job, on_finish=on_finish)
         live.task = asyncio.create_task(self._run(live))
         return job, True
+
+    async def _start_unsure_jobs(self) -> None:
+        """A job whose store write went unanswered may be stored (writes are atomic: all or
+        nothing): then this replica owns it and no other starts it, as a retry that reaches another
+        replica only waits for it. Started here, once, if it is stored and still queued."""
+        for job_id in list(self._unsure):
+            stored = await self.store.get_job(job_id)  # the store answers again: now we know
+            self._unsure.discard(job_id)
+            if stored is not None and self._orphaned(stored):
+                live = self._jobs[stored.id] = _LiveJob(stored)
+                live.task = asyncio.create_task(self._run(live))
 
     def _orphaned(self, job: JobRecord) -> bool:
         """A job this replica stored but never started: the store went away between writing it
