@@ -91,7 +91,7 @@ class _Live:
     pod: str
     spec: SandboxSpec
     created_at: float
-    shell: str = "/bin/sh"
+    shell: str | None = None  # learned on the first shell-string exec (bash if the image has it)
     snapshot: str | None = None
 
     @property
@@ -273,7 +273,6 @@ class KubernetesRuntime:
                 continue
             phase = pod.status.phase if pod.status else None
             if phase == "Running" and self._container_running(pod):
-                live.shell = await self._detect_shell(live)
                 self.sandboxes[sandbox_id] = live
             elif phase == "Pending" and time.time() - live.created_at < self.ready_timeout:
                 continue  # another process may still be creating it
@@ -343,7 +342,6 @@ class KubernetesRuntime:
             sandbox_id not in self.sandboxes
             or self.sandboxes[sandbox_id].created_at != live.created_at
         ):
-            live.shell = await self._detect_shell(live)
             self.sandboxes[sandbox_id] = live
         return True
 
@@ -438,7 +436,6 @@ class KubernetesRuntime:
             claimed = await self._claim(sandbox_id, spec, pod["metadata"], created_at)
             if claimed is not None:
                 live = _Live(id=sandbox_id, pod=claimed, spec=spec, created_at=created_at)
-                live.shell = await self._detect_shell(live)
                 self.sandboxes[sandbox_id] = live
                 return live.info()
         try:
@@ -461,7 +458,6 @@ class KubernetesRuntime:
         )
         try:
             await self._wait_running(name)
-            live.shell = await self._detect_shell(live)
             await self._setup_dirs(live)
             if tar is not None:
                 await self._untar(live, normalize(spec.workdir), tar)
@@ -566,7 +562,6 @@ class KubernetesRuntime:
         try:
             await self._wait_running(name)
             live = _Live(id=warm_id, pod=name, spec=spec, created_at=time.time())
-            live.shell = await self._detect_shell(live)
             await self._setup_dirs(live)
             ready = await self._call(self.core.read_namespaced_pod, name, ns)
             self._made_warm[name] = ready.metadata.resource_version
@@ -743,8 +738,10 @@ class KubernetesRuntime:
 
         return ChannelStream(connect, stdin)
 
-    def _argv(self, live: _Live, request: ExecRequest, user: str) -> list[str]:
+    async def _argv(self, live: _Live, request: ExecRequest, user: str) -> list[str]:
         if isinstance(request.command, str):
+            if live.shell is None:
+                live.shell = await self._detect_shell(live)
             command = [live.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
         else:
             command = list(request.command)
@@ -791,7 +788,7 @@ class KubernetesRuntime:
             uid,
             normalize(request.cwd or live.spec.workdir),
             None if data is None else len(data),
-            self._argv(live, request, user),
+            await self._argv(live, request, user),
         )
         stream = self._open(live, argv, data)
         send = self._signaller(live, exec_id, uid)
@@ -813,7 +810,7 @@ class KubernetesRuntime:
             normalize(request.cwd or live.spec.workdir),
             rows,
             cols,
-            self._argv(live, request, user),
+            await self._argv(live, request, user),
         )
         stream = self._open(live, argv, tty=True)
         await asyncio.shield(stream.opened)
