@@ -65,6 +65,9 @@ def test_every_object_is_schema_valid_and_hardened(kind, option):
     pod, policy = build(SPECS[kind], **OPTIONS[option])
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert (
+        spec["activeDeadlineSeconds"] == 7 * 24 * 3600
+    )  # a leak outlives no orchestrator for ever
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert not any(k in spec for k in ("hostNetwork", "hostPID", "hostIPC"))
     assert all("hostPath" not in v for v in spec["volumes"])

@@ -86,6 +86,8 @@ class KubernetesSettings:
     gateway_pod_port: int | None = None  # their container port, if not the Service's port
     dns_selector: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
     warm_pools: dict[str, int] = field(default_factory=dict)  # image -> ready pods kept to claim
+    max_lifetime: int | None = 7 * 24 * 3600  # activeDeadlineSeconds: the kubelet ends a pod no
+    # orchestrator is left to reap (all replicas gone); None: no such limit
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,7 @@ def sandbox_pod(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 1,
+        **({"activeDeadlineSeconds": settings.max_lifetime} if settings.max_lifetime else {}),
         "hostname": name[:63],
         "securityContext": {
             "seccompProfile": {"type": "RuntimeDefault"},
