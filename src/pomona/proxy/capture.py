@@ -79,13 +79,13 @@ def _decode(raw: bytes, encoding: str) -> bytes:
             except zlib.error:
                 return zlib.decompressobj(-15).decompress(raw)  # raw deflate
         if encoding == "br":
-            import brotli  # only installed when httpx asks for br
+            import brotli  # type: ignore[import-not-found]  # there when httpx asks for br
 
-            return brotli.decompress(raw)
+            return bytes(brotli.decompress(raw))
         if encoding == "zstd":
-            import zstandard
+            import zstandard  # type: ignore[import-not-found]
 
-            return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(raw))
     except Exception:  # a torn compressed stream: keep what we have, undecoded
         return raw
     return raw
@@ -152,6 +152,6 @@ def install(litellm: Any) -> None:
             )
         return CapturingTransport(inner)
 
-    AsyncHTTPHandler.create_async_transport = staticmethod(capturing)
-    AsyncHTTPHandler._create_async_transport = staticmethod(capturing)
+    AsyncHTTPHandler.create_async_transport = staticmethod(capturing)  # type: ignore[method-assign,assignment]
+    AsyncHTTPHandler._create_async_transport = staticmethod(capturing)  # type: ignore[assignment]
     _installed = True

@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 
-def add_proxy_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_proxy_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """Register `proxy` on a `pomona` subparsers object; the parser's `func` runs it."""
     p = subparsers.add_parser(
         "proxy", help="the recording model proxy (POST /episodes -> {key, base_url})"
@@ -102,4 +104,4 @@ def cli_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(
         ["proxy", *(argv or [])] if argv is None or argv[:1] != ["proxy"] else argv
     )
-    return args.func(args)
+    return int(args.func(args))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import yaml
 
@@ -115,7 +115,7 @@ class ModelRoute:
     def upstream_model(self) -> str:
         """The model name the upstream itself expects (without LiteLLM's provider prefix, nor
         its `responses/` bridge marker)."""
-        m = self.params["model"]
+        m: str = self.params["model"]
         m = m.split("/", 1)[1] if "/" in m else m
         return m.removeprefix("responses/")
 
@@ -129,10 +129,23 @@ class ModelRoute:
         return base.rstrip("/")
 
 
+class ProxyOptions(TypedDict, total=False):
+    """ProxyConfig's settings besides its model list (for the constructors that read one)."""
+
+    trajectories: str | os.PathLike[str] | None
+    public_url: str | None
+    max_body_bytes: int
+    timeouts: Timeouts
+    default_script: list[str]
+    durable: bool
+    api_keys: dict[str, str]
+
+
 @dataclass
 class ProxyConfig:
     models: list[ModelRoute] = field(default_factory=list)
-    trajectories: Path | None = None  # None: record nothing (e.g. a standalone scripted upstream)
+    # a directory or an object store URI; None: record nothing (a standalone scripted upstream)
+    trajectories: str | os.PathLike[str] | None = None
     public_url: str | None = None  # how clients reach the proxy; default: the request's own host
     max_body_bytes: int = 32 * 1024 * 1024
     timeouts: Timeouts = Timeouts()  # defaults for every route; a route's model_info overrides
@@ -141,14 +154,20 @@ class ProxyConfig:
     api_keys: dict[str, str] = field(default_factory=dict)  # name -> key; empty: no auth
 
     @classmethod
-    def from_model_list(cls, model_list: list[dict[str, Any]], **kwargs: Any) -> ProxyConfig:
-        timeouts = kwargs.get("timeouts") or Timeouts()
-        return cls(models=[ModelRoute.from_entry(e, timeouts) for e in model_list], **kwargs)
+    def from_model_list(
+        cls, model_list: list[dict[str, Any]], **options: Unpack[ProxyOptions]
+    ) -> ProxyConfig:
+        """A config from `model_list` entries (their timeouts default to `options`' own)."""
+        timeouts = options.get("timeouts") or Timeouts()
+        return cls(models=[ModelRoute.from_entry(e, timeouts) for e in model_list], **options)
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str] | None, **kwargs: Any) -> ProxyConfig:
+    def from_yaml(
+        cls, path: str | os.PathLike[str] | None, **options: Unpack[ProxyOptions]
+    ) -> ProxyConfig:
+        """A config from a YAML file with a `model_list` (none: no models but `scripted`)."""
         data = yaml.safe_load(Path(path).read_text()) if path else {}
-        return cls.from_model_list((data or {}).get("model_list") or [], **kwargs)
+        return cls.from_model_list((data or {}).get("model_list") or [], **options)
 
     def route(self, model: str) -> ModelRoute | None:
         return next((m for m in self.models if m.name == model), None)

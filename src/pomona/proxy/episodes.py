@@ -65,8 +65,9 @@ class Episode:
                 verdict = Verdict(None, "previous main call has no token ids")
             else:
                 verdict = judge(tokens.prompt_ids, self._last_tokens)
-            complete = tokens.prompt_ids is not None and tokens.completion_ids is not None
-            self._last_tokens = [*tokens.prompt_ids, *tokens.completion_ids] if complete else None
+            prompt, completion = tokens.prompt_ids, tokens.completion_ids
+            complete = None if prompt is None or completion is None else [*prompt, *completion]
+            self._last_tokens = complete
             self._main_judged += 1
             return verdict
 

@@ -171,10 +171,10 @@ def upstream_message(body: bytes, status: int) -> str:
     except ValueError:
         data = None
     err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
-    if isinstance(data, dict) and isinstance(data.get("message"), str):
-        return data["message"]
+    for holder in (err, data):  # OpenAI and Anthropic nest it under "error"; others do not
+        message = holder.get("message") if isinstance(holder, dict) else None
+        if isinstance(message, str):
+            return message
     text = body.decode("utf-8", "replace").strip()
     return f"upstream answered {status}" + (f": {text[:500]}" if text else "")
 

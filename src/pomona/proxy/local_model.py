@@ -126,7 +126,12 @@ class Parsed:
 
 class LocalModel:
     """A Hugging Face model directory loaded for generation on the CPU (or `device`).
-    Generation is serialised: one model, one forward pass at a time."""
+    Generation is serialised: one model, one forward pass at a time.
+
+    A reply is at most `max_new_tokens` long whatever the request asks. Harnesses ask for their
+    own defaults (pi 16,384 tokens, whatever the model), which can exceed a small model's
+    context and would take a CPU hours; vLLM would refuse such a request, this server caps it
+    and refuses only a prompt that leaves no room for the capped reply."""
 
     def __init__(
         self,
@@ -170,11 +175,11 @@ class LocalModel:
     ) -> Generation:
         import torch
 
-        budget = max_new_tokens or self.max_new_tokens
+        budget = min(max_new_tokens or self.max_new_tokens, self.max_new_tokens)
         if len(prompt_ids) + budget > self.context:
             raise ValueError(
-                f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({budget}) exceeds the "
-                f"model's context of {self.context} tokens"
+                f"the prompt ({len(prompt_ids)} tokens) plus the reply ({budget} tokens) exceeds "
+                f"the model's context of {self.context} tokens"
             )
         eos = self.tokenizer.eos_token_id
         with self._lock, torch.no_grad():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Response, params
@@ -107,7 +107,7 @@ class MeteredWriter:
             self.inner.close()
 
 
-UpstreamCalls = Callable[[UpstreamCall], Awaitable[Outcome]]
+UpstreamCalls = Callable[[UpstreamCall], Coroutine[Any, Any, Outcome]]
 
 
 def _timed_upstream(call: UpstreamCalls) -> UpstreamCalls:
@@ -141,7 +141,7 @@ def instrument(
     `dependencies` (the API-key guard of the proxy's own routes)."""
     metrics = ProxyMetrics()
     state.recorder.calls = MeteredWriter(state.recorder.calls, metrics)
-    state.upstreams.call = _timed_upstream(state.upstreams.call)  # type: ignore[method-assign]
+    state.upstreams.call = _timed_upstream(state.upstreams.call)  # type: ignore[method-assign,assignment]
 
     @app.get("/metrics", include_in_schema=False, dependencies=list(dependencies))
     async def scrape() -> Response:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from pomona.proxy.capture import Exchange
@@ -50,7 +50,12 @@ class Recorder:
     blanked wherever they would appear in a row.
     """
 
-    def __init__(self, directory: Path | None, durable: bool = False, secrets: Iterable[str] = ()):
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None,
+        durable: bool = False,
+        secrets: Iterable[object] = (),
+    ):
         # a directory, or an object store URI (many proxy replicas, one store: storage.py)
         self.calls: RowWriter | None = (
             open_writer(directory, "calls", durable=durable) if directory else None

@@ -4,7 +4,7 @@ stream relayed one whole SSE event at a time whose row is written when it ends, 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import anyio
 from fastapi.responses import Response, StreamingResponse
@@ -68,13 +68,14 @@ def whole(call: Call, dialect: Dialect, outcome: Outcome) -> Response:
     )
 
 
-async def _relay(call: Call, dialect: Dialect, outcome: Outcome) -> AsyncIterator[bytes]:
+async def _relay(call: Call, dialect: Dialect, outcome: Outcome) -> AsyncGenerator[bytes, None]:
     """Send the stream on as it arrives while recording it. A cut stream ends in the dialect's
     error event; nothing at all is sent after a terminal event."""
     parser = Parser()
     frames: list[Frame] = []
     sent: list[bytes] = []
-    status, error = "incomplete", "client disconnected before the stream ended"
+    status = "incomplete"
+    error: str | None = "client disconnected before the stream ended"
     terminal = False
     assert outcome.stream is not None
     try:

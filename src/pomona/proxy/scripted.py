@@ -28,7 +28,7 @@ SHELL_TOOLS = (
 
 FENCE = "```bash"
 
-_PLACEHOLDERS = {
+_PLACEHOLDERS: dict[str, Any] = {
     "string": "",
     "integer": 60,
     "number": 60,
@@ -54,7 +54,7 @@ def _placeholder(schema: dict[str, Any]) -> Any:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
-    return _PLACEHOLDERS.get(kind, "")
+    return _PLACEHOLDERS.get(kind, "") if isinstance(kind, str) else ""
 
 
 def shell_arguments(tool: Tool, command: str) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def shell_arguments(tool: Tool, command: str) -> dict[str, Any]:
     if tool.kind == "local_shell":
         return {"command": ["bash", "-lc", command]}
     props: dict[str, Any] = tool.parameters.get("properties") or {}
-    key = next((k for k in ("command", "cmd") if k in props), None)
+    key: str | None = next((k for k in ("command", "cmd") if k in props), None)
     if key is None:
         key = next((k for k, v in props.items() if v.get("type") == "string"), "command")
     args = {
@@ -223,15 +223,15 @@ def answer(
     tools = dialect.tools(body)
     done = step_of(dialect, body, steps) if tools or not tool_less_is_side else len(flat)
     group = [s for s, g in flat[done:] if g == flat[done][1]] if done < len(flat) else []
-    calls = [_step_call(tools, s) for s in group] if parallel_allowed(body) else []
-    if len(calls) < 2 or None in calls:
+    found = [_step_call(tools, s) for s in group] if parallel_allowed(body) else []
+    calls = [c for c in found if c is not None]
+    if len(calls) < 2 or len(calls) < len(found):
         single = reply(dialect, body, steps, final=final, tool_less_is_side=tool_less_is_side)
         return dialect.final(single, model, body)
-    out = neutral.render(dialect, neutral.Action(tool_calls=calls), model, body)  # type: ignore[arg-type]
+    out = neutral.render(dialect, neutral.Action(tool_calls=calls), model, body)
     if dialect.name == "chat" and body.get("return_token_ids"):
         rendered = [
-            {"function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-            for c in calls  # type: ignore[union-attr]
+            {"function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls
         ]
         tokens = _with_tokens(Reply(text=_render_assistant(None, rendered)), body)
         choice = out["choices"][0]

@@ -50,7 +50,8 @@ class Parser:
         """Each event completed by `chunk`: its raw bytes (separator included) and its frame
         (None for an event with neither data nor an event name, such as a comment)."""
         buf = self._buf + chunk
-        out, start = [], 0
+        out: list[tuple[bytes, Frame | None]] = []
+        start = 0
         while True:
             lf, crlf = buf.find(b"\n\n", start), buf.find(b"\r\n\r\n", start)
             ends = [i + n for i, n in ((lf, 2), (crlf, 4)) if i >= 0]

@@ -23,7 +23,7 @@ class ProxyState:
     def __init__(self, config: ProxyConfig):
         self.config = config
         self.episodes = Episodes()
-        held = [m.params.get("api_key") for m in config.models] + list(config.api_keys.values())
+        held = [*(m.params.get("api_key") for m in config.models), *config.api_keys.values()]
         self.recorder = Recorder(config.trajectories, config.durable, secrets=held)
         self.upstreams = Upstreams(config)
         self._closing = threading.Lock()

@@ -65,7 +65,7 @@ def wire_dialect(route: ModelRoute) -> str:
 
 def _model(route: ModelRoute) -> str:
     """LiteLLM's model string; a Responses-only OpenAI upstream goes through its bridge."""
-    model = route.params["model"]
+    model: str = route.params["model"]
     if wire_dialect(route) == "responses" and not model.startswith("openai/responses/"):
         return "openai/responses/" + route.upstream_model
     return model

@@ -22,15 +22,15 @@ client leaves.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
-from pomona.proxy.config import ModelRoute, ProxyConfig, Timeouts
+from pomona.proxy.config import ModelRoute, ProxyConfig
 from pomona.proxy.dialects import Dialect
 from pomona.proxy.errors import UpstreamError, timed_out
 
@@ -72,12 +72,17 @@ class Outcome:
 
 
 class Upstream(Protocol):
-    """A kind may also define `async def warm(call)`: one-time set-up (imports, model loads)
-    awaited before the call's time limits start."""
-
     async def call(self, call: UpstreamCall) -> Outcome: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class WarmingUpstream(Upstream, Protocol):
+    """A kind with one-time set-up (imports, model loads), awaited before a call's time limits
+    start."""
+
+    async def warm(self, call: UpstreamCall) -> None: ...
 
 
 KINDS: dict[str, Callable[[ProxyConfig], Upstream]] = {}
@@ -145,39 +150,38 @@ class Upstreams:
             await kind.aclose()
 
     async def call(self, call: UpstreamCall) -> Outcome:
+        """The kind's answer within the route's total time limit, which also ends its stream."""
         kind = self._kind(call.route)
-        warm = getattr(kind, "warm", None)
-        if warm is not None:
-            await warm(call)
-        limits = call.route.timeouts
-        deadline = anyio.current_time() + (limits.total or math.inf)
+        if isinstance(kind, WarmingUpstream):
+            await kind.warm(call)
+        total = call.route.timeouts.total
         try:
-            with anyio.fail_after(limits.total):
+            async with asyncio.timeout(total) as limit:
                 outcome = await kind.call(call)
         except TimeoutError:
-            raise timed_out(call.route.name, f"no answer within {limits.total:g} s") from None
-        if outcome.stream is not None and limits.total is not None:
-            outcome.stream = _until(outcome.stream, deadline, call.route.name, limits)
+            raise timed_out(call.route.name, f"no answer within {total:g} s") from None
+        deadline = limit.when()
+        if outcome.stream is not None and deadline is not None:
+            outcome.stream = _until(outcome.stream, deadline, f"{total:g} s", call.route.name)
         return outcome
 
 
 async def _until(
-    stream: AsyncIterator[bytes], deadline: float, name: str, limits: Timeouts
+    stream: AsyncIterator[bytes], deadline: float, total: str, name: str
 ) -> AsyncIterator[bytes]:
-    """The stream, cut with a timeout error once the route's total time is spent."""
-    it = aiter(stream)
+    """The stream, cut with a timeout error at `deadline` (the event loop's clock)."""
     try:
         while True:
             try:
-                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
-                    chunk = await anext(it)
+                async with asyncio.timeout_at(deadline):
+                    chunk = await anext(stream)
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise timed_out(name, f"stream not done within {limits.total:g} s") from None
+                raise timed_out(name, f"stream not done within {total}") from None
             yield chunk
     finally:
-        close = getattr(it, "aclose", None)
+        close = getattr(stream, "aclose", None)
         if close is not None:
             with anyio.CancelScope(shield=True):
                 await close()

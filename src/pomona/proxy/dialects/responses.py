@@ -54,6 +54,7 @@ class Responses(Dialect):
 
     def final(self, reply: Reply, model: str, body: dict[str, Any]) -> dict[str, Any]:
         call = reply.tool_call
+        item: dict[str, Any]
         if call and call.kind == "local_shell":
             item = {
                 "type": "local_shell_call",
@@ -113,14 +114,16 @@ class Responses(Dialect):
         return (f.event or "") in _TERMINAL or '"type":"response.completed"' in f.data
 
     def assemble(self, frames: Iterable[Frame]) -> dict[str, Any] | None:
-        response, items = None, {}
+        response: dict[str, Any] | None = None
+        items: dict[Any, Any] = {}
         for f in frames:
             data = f.json()
             if not isinstance(data, dict):
                 continue
             kind = data.get("type", f.event)
             if kind in _TERMINAL or kind in ("response.created", "response.in_progress"):
-                response = data.get("response") or response
+                snapshot = data.get("response")
+                response = snapshot if isinstance(snapshot, dict) and snapshot else response
             elif kind == "response.output_item.done":
                 items[data.get("output_index", len(items))] = data.get("item")
         if response is None:
