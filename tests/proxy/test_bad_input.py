@@ -18,6 +18,7 @@ from proxy_helpers import CHAT_BASH, calls
 
 from pomona import trajectories
 from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy.errors import EpisodeExists
 
 OPENAI_PATHS = ("/chat/completions", "/responses")
 
@@ -70,6 +71,7 @@ def test_bad_bodies_get_dialect_4xx_and_are_recorded(proxy, runs, content, ctype
     assert (_is_anthropic_error if path == "/messages" else _is_openai_error)(r.json())
     (row,) = calls(runs, 1)
     assert row["status"] == "client_error" and row["status_code"] == status
+    assert json.loads(row["client_response"]) == r.json()  # the row holds what the client got
 
 
 def test_oversized_body_is_refused_and_proxy_keeps_serving(runs):
@@ -107,6 +109,7 @@ def test_probes_are_answered_harmlessly(proxy):
     assert [m.id for m in openai.OpenAI(base_url=ep["base_url"], api_key="k").models.list()] == [
         "scripted"
     ]
+    assert httpx.get(f"{proxy.url}/e/no-such-key/v1/models").status_code == 404
     r = httpx.post(
         f"{ep['anthropic_base_url']}/v1/messages/count_tokens", json={"model": "m", "messages": []}
     )
@@ -222,6 +225,19 @@ def test_policy_long_poll_rejects_a_negative_timeout(proxy):
 def test_bad_episode_specs_are_400(proxy, spec):
     r = httpx.post(f"{proxy.url}/episodes", json=spec)
     assert r.status_code == 400 and _is_openai_error(r.json())
+
+
+def test_in_process_episodes_take_what_post_episodes_takes(proxy):
+    for bad in ({"key": "../x"}, {"script": [1]}, {"tool_less_calls": "maybe"}):
+        with pytest.raises(ValueError):
+            proxy.open_episode(**bad)
+    proxy.open_episode(key="taken")
+    with pytest.raises(EpisodeExists):
+        proxy.open_episode(key="taken")
+    assert httpx.post(f"{proxy.url}/episodes", json={"key": "taken"}).status_code == 409
+    ep = proxy.open_episode(model="scripted", script="ls\npwd", tool_less_calls="main")
+    r = httpx.post(f"{ep['base_url']}/chat/completions", json={"model": "m", "messages": []})
+    assert "```bash\nls" in r.json()["choices"][0]["message"]["content"]  # a turn, not a side call
 
 
 def test_a_refused_close_leaves_the_episode_open_and_a_corrected_retry_writes_it(proxy, runs):

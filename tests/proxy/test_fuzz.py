@@ -17,8 +17,12 @@ def test_the_openapi_document_has_every_dialect(proxy):
     schemas = doc["components"]["schemas"]
     assert {"ChatRequest", "ResponsesRequest", "AnthropicRequest", "EpisodeSpec",
             "EpisodeOutcome"} <= set(schemas)  # fmt: skip
-    body = doc["paths"]["/e/{key}/v1/messages"]["post"]["requestBody"]
+    call = doc["paths"]["/e/{key}/v1/messages"]["post"]
+    body = call["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("/AnthropicRequest")
+    assert [(p["name"], p["in"]) for p in call["parameters"]] == [("key", "path")]
+    operations = [op for path in doc["paths"].values() for op in path.values()]
+    assert all("422" not in op["responses"] for op in operations)  # bad parameters are a 400
 
 
 def test_no_request_makes_the_proxy_fail(proxy):
