@@ -170,8 +170,10 @@ class TableIndex:
             at = [o for b, o in zip(batches, offsets, strict=True) for _ in range(b.num_rows)]
             rows = [i for b in batches for i in range(b.num_rows)]
             data = pa.Table.from_batches(batches, schema=source.schema)
-            # combine_chunks copies the light columns off the memory map, which can then close
-            return self._project(data, source.number, at, rows).combine_chunks()
+            wanted = [c for c in self._wanted() if c in data.column_names]
+            # one chunk per column (not one per batch), copied off the map, which can then close
+            light = data.select(wanted).combine_chunks()
+        return self._project(light, source.number, at, rows)
 
     def _wanted(self) -> list[str]:
         return list(self.columns) if self.columns else self.schema.names
