@@ -34,7 +34,14 @@ def _negatives() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("claw-rollouts"))
+    """The rollouts' sandbox state; their shared client is closed and its store unmounted after."""
+    path = str(tmp_path_factory.mktemp("claw-rollouts"))
+    yield path
+    from pomona.gym.sandboxes import _close_all
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    _close_all()
+    LocalRuntime(path).unmount_store()
 
 
 def _roll(tasks, harness, proxy, state):
