@@ -1,6 +1,6 @@
 """Pomona: real agent harnesses in isolated sandboxes, every model call recorded."""
 
-from pomona.orchestrator.errors import PomonaError
+from pomona.errors import PomonaError
 from pomona.orchestrator.sdk.client import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
 from pomona.orchestrator.types import ExecResult, SandboxInfo, SandboxSpec, SnapshotInfo
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from pomona.orchestrator.errors import FileNotFoundInSandbox, InvalidRequest, PathOutsideSandbox
+from pomona.errors import FileNotFoundInSandbox, InvalidRequest, PathOutsideSandbox
 
 
 def test_write_read_list_stat_remove(sandbox):

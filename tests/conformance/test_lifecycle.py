@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pomona.orchestrator.errors import InvalidRequest, SandboxConflict, SandboxNotFound
+from pomona.errors import InvalidRequest, SandboxConflict, SandboxNotFound
 
 
 def test_create_exec_delete(client, image):

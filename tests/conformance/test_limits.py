@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pomona.orchestrator.errors import InvalidRequest
+from pomona.errors import InvalidRequest
 
 MEMORY_HOG = "python3 -c 'b = []\nwhile True: b.append(bytearray(16 * 2**20))'"
 

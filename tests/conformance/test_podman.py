@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pomona import SandboxClient
-from pomona.orchestrator.errors import SandboxNotFound
+from pomona.errors import SandboxNotFound
 
 IMAGE = "localhost/pomona-test/busybox:latest"
 CONTAINERS_CONF = """\

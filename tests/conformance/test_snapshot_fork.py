@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pomona.orchestrator.errors import SandboxConflict, SnapshotNotFound
+from pomona.errors import SandboxConflict, SnapshotNotFound
 
 
 def test_fork_branches_diverge_without_seeing_each_other(client, sandbox):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from pomona.orchestrator.errors import InvalidRequest, RuntimeUnavailable
+from pomona.errors import InvalidRequest, RuntimeUnavailable
 from pomona.orchestrator.runtimes.kubernetes import gate, objects
 from pomona.orchestrator.runtimes.kubernetes.objects import KubernetesSettings
 from pomona.orchestrator.types import Mount, SandboxSpec
@@ -272,7 +272,7 @@ def test_image_sources_are_the_operators_allow_list():
     name from docker.io, so that is the registry checked for it."""
     from kubernetes import client
 
-    from pomona.orchestrator.errors import ImageNotFound, SourceNotAllowed
+    from pomona.errors import ImageNotFound, SourceNotAllowed
     from pomona.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
     from pomona.orchestrator.sources import ImageSources
 

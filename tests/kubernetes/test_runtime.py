@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from pomona import SandboxClient
-from pomona.orchestrator.errors import (
+from pomona.errors import (
     FileNotFoundInSandbox,
     InvalidRequest,
     PathOutsideSandbox,
@@ -240,7 +240,7 @@ def test_a_new_process_adopts_its_pods_and_sees_no_one_elses(cluster):
 
 
 def test_a_pod_that_cannot_start_is_removed_and_says_why(k8s, cluster):
-    from pomona.orchestrator.errors import ImageNotFound
+    from pomona.errors import ImageNotFound
 
     server = cluster[1]
     before = (set(server.pods), set(server.policies))

@@ -15,7 +15,7 @@ import pytest
 
 from pomona import SandboxClient
 from pomona.cli import main as pomona
-from pomona.orchestrator.errors import SandboxFailed
+from pomona.errors import SandboxFailed
 from tests.conftest import leftovers
 
 OWNER = textwrap.dedent("""

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from pomona import SandboxClient
-from pomona.orchestrator.errors import ImageNotFound
+from pomona.errors import ImageNotFound
 from tests.conftest import docker_available
 
 pytestmark = pytest.mark.skipif(not docker_available(), reason="needs a Docker engine to build the image")

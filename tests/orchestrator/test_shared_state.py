@@ -38,7 +38,7 @@ def test_delete_while_creating_leaves_nothing_behind():
     import pytest
 
     from pomona import AsyncSandboxClient
-    from pomona.orchestrator.errors import SandboxFailed
+    from pomona.errors import SandboxFailed
     from pomona.orchestrator.linux.cgroups import ROOT, is_v2
 
     state = tempfile.mkdtemp(prefix="pomona-race-")

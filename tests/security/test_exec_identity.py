@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pomona.orchestrator.errors import PomonaError, SandboxConflict
+from pomona.errors import PomonaError, SandboxConflict
 
 
 def _wait_dead(pidfd: int) -> None:

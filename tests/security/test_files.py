@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pomona import SandboxClient
-from pomona.orchestrator.errors import InvalidRequest, PomonaError
+from pomona.errors import InvalidRequest, PomonaError
 from pomona.orchestrator.server.coordinator import Principal
 from pomona.orchestrator.server.policy import TenantPolicy
 

@@ -87,7 +87,7 @@ def test_a_hard_link_to_a_name_outside_the_archive_is_refused(tenant, target):
 
 
 def test_an_out_of_range_port_is_refused(remote_client):
-    from pomona.orchestrator.errors import InvalidRequest
+    from pomona.errors import InvalidRequest
 
     with remote_client.create_sandbox("host") as sb:
         for port in (0, 65536, 99999):

@@ -113,7 +113,7 @@ def test_an_allowed_registry_cannot_redirect_the_pull_elsewhere(tmp_path, how):
     import http.server
     import threading
 
-    from pomona.orchestrator.errors import ImageNotFound
+    from pomona.errors import ImageNotFound
     from pomona.orchestrator.linux.images import ImageStore
     from pomona.orchestrator.sources import ImageSources
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from pomona import SandboxClient
-from pomona.orchestrator.errors import PomonaError, SandboxNotFound
+from pomona.errors import PomonaError, SandboxNotFound
 from tests.service.harness import KEYS, Replica, unmount
 
 
@@ -226,8 +226,9 @@ def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
     import sqlite3
 
     from pomona.orchestrator.runtimes import make_runtime
-    from pomona.orchestrator.server.app import KeyRing, create_app
+    from pomona.orchestrator.server.app import create_app
     from pomona.orchestrator.server.coordinator import Coordinator, Timing
+    from pomona.orchestrator.server.keys import KeyRing
     from pomona.orchestrator.server.store import SqliteStore
     from pomona.orchestrator.service import SandboxService
     from tests.service.harness import server_thread

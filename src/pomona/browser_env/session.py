@@ -33,7 +33,7 @@ from pomona.browser_env.errors import (
     NavigationFailed,
     PageHung,
 )
-from pomona.orchestrator.errors import PomonaError
+from pomona.errors import PomonaError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 from pomona.orchestrator.types import Mount
 

@@ -20,12 +20,12 @@ import numpy as np
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Score, Task
+from pomona.errors import PomonaError
 from pomona.harnesses import payload
 from pomona.harnesses.base import Harness
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get as get_harness
 from pomona.harnesses.run import HarnessResult, run, tools_mount
-from pomona.orchestrator.errors import PomonaError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 
 ORACLE = "oracle"  # the scripted model replaying the task's gold solution

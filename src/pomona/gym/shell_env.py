@@ -25,8 +25,8 @@ from gymnasium import spaces
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task
+from pomona.errors import PomonaError
 from pomona.gym.sandboxes import shared_client
-from pomona.orchestrator.errors import PomonaError
 
 SUBMIT = "submit"
 CHARSET = string.printable  # ASCII letters, digits, punctuation and whitespace

@@ -1,6 +1,6 @@
-"""The REST API's own request and response models (the rest come from types.py) and the errors
-that exist only over HTTP. Shared by the server and the remote SDK transport, so the two parse
-one schema: the OpenAPI document is generated from these.
+"""The REST API's own request and response models (the rest come from types.py). Shared by the
+server and the remote SDK transport, so the two parse one schema: the OpenAPI document is
+generated from these.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
-from pomona.orchestrator.errors import PomonaError
-from pomona.orchestrator.server.store import JobRecord, JobStatus
+from pomona.orchestrator.server.store import JobRecord, JobStatus, SandboxRecord
 from pomona.orchestrator.types import (
     ExecRequest,
     FileInfo,
@@ -20,65 +19,7 @@ from pomona.orchestrator.types import (
     SandboxSpec,
 )
 
-# -- errors that only the service raises --------------------------------------------------------
-
-
-class AuthenticationRequired(PomonaError):
-    status_code = 401
-
-
-class PermissionDenied(PomonaError):
-    status_code = 403
-
-
-class WaitTimedOut(PomonaError):
-    """A server-side wait expired; the operation itself goes on (the only 408)."""
-
-    status_code = 408
-
-
-class Overloaded(PomonaError):
-    """Admission control turned the request away: retry after `retry_after` seconds."""
-
-    status_code = 503
-    retry_after = 1
-
-
-class StoreUnavailable(PomonaError):
-    status_code = 503
-    retry_after = 1
-
-
-class JobNotFound(PomonaError, LookupError):
-    status_code = 404
-
-    def __init__(self, job_id: str):
-        super().__init__(f"no job with id {job_id!r} (finished jobs are kept 1 h, and 10 min "
-                         "after their sandbox is deleted)")
-
-
-class JobCancelled(PomonaError):
-    status_code = 409
-
-
-class ServiceUnreachable(PomonaError):
-    """The SDK could not reach the service (or lost the answer of a call it may not repeat)."""
-
-    status_code = 503
-
-
-def rebuild_error(name: str | None, detail: str, status: int = 500) -> PomonaError:
-    """The exception a service error body stands for, as its own class where one exists, with
-    the server's message verbatim (so `match=` in tests and messages to users stay the same)."""
-    from pomona.orchestrator import errors
-
-    cls = next((c for c in (getattr(errors, name or "", None), globals().get(name or ""))
-                if isinstance(c, type) and issubclass(c, PomonaError)), None)
-    if cls is None:
-        cls = type(name or "ServiceError", (PomonaError,), {"status_code": status})
-    error = cls.__new__(cls)
-    Exception.__init__(error, detail)
-    return error
+# -- errors -------------------------------------------------------------------------------------
 
 
 class ErrorBody(BaseModel):
@@ -120,6 +61,10 @@ class SandboxView(SandboxInfo):
     """SandboxInfo plus the field names Orchard clients read."""
 
     owner: str | None = None
+
+    @classmethod
+    def of(cls, record: SandboxRecord) -> SandboxView:
+        return cls(**record.info().model_dump(), owner=record.owner)
 
     @computed_field
     def sandbox_id(self) -> str:

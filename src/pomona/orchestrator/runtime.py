@@ -1,4 +1,5 @@
-"""The Runtime contract: what a sandbox backend must do. One file per backend in runtimes/.
+"""The Runtime contract: what a sandbox backend must do (one module or package per backend in
+runtimes/), and the optional capabilities a backend may add, each its own Protocol.
 
 A runtime does mechanics only (start, exec, files, layers). Everything shared — idempotent
 create, TTLs, output collection, apply_patch, listing by label — lives once in service.py.
@@ -91,6 +92,17 @@ class Runtime(Protocol):
         self, sandbox_id: str, port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A TCP connection to 127.0.0.1:port inside the sandbox's network namespace."""
+
+
+@runtime_checkable
+class Refreshable(Protocol):
+    """A capability: a runtime whose sandboxes other processes on the same state may create and
+    delete (service replicas sharing a state dir or a cluster). Without it a runtime's own list
+    is the truth, and only one process may serve its state."""
+
+    async def refresh(self, sandbox_id: str) -> bool:
+        """Re-read one sandbox from the shared state into this process's view; False if it is
+        gone. Never touches the sandbox itself."""
 
 
 async def collect(stream: AsyncIterator[ExecChunk | ExecResult]) -> ExecResult:

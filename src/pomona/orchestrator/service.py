@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pomona.orchestrator.errors import (
+from pomona.errors import (
     InvalidRequest,
     SandboxConflict,
     SandboxNotFound,
@@ -134,7 +134,7 @@ class SandboxService:
     async def get(self, sandbox_id: str) -> SandboxInfo:
         if info := await self._find(sandbox_id):
             return info
-        raise SandboxNotFound(sandbox_id)
+        raise SandboxNotFound.of(sandbox_id)
 
     async def list(self, labels: dict[str, str] | None = None) -> list[SandboxInfo]:
         labels = labels or {}
@@ -257,7 +257,7 @@ class SandboxService:
             raise InvalidRequest(f"fork got {len(ids)} ids for k={k}")
         snapshot = next((s for s in await self.runtime.list_snapshots() if s.id == snapshot_id), None)
         if snapshot is None:
-            raise SnapshotNotFound(snapshot_id)
+            raise SnapshotNotFound.of(snapshot_id)
         spec = snapshot.spec.model_copy(update={"labels": {**snapshot.spec.labels, **(labels or {})}})
         ids = ids or [new_id() for _ in range(k)]
         results = await asyncio.gather(*(self.create(spec, i, snapshot) for i in ids),

@@ -15,7 +15,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from pomona.orchestrator.errors import InvalidRequest, SourceNotAllowed
+from pomona.errors import InvalidRequest, SourceNotAllowed
 
 MAX_ARCHIVE_BYTES = 16 * 2**30
 ARCHIVE_PREFIX = re.compile(r"^(docker|oci)-archive:")
@@ -95,7 +95,7 @@ class ImageSources:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except FileNotFoundError:
-            from pomona.orchestrator.errors import ImageNotFound
+            from pomona.errors import ImageNotFound
 
             raise ImageNotFound(f"image archive {path} does not exist") from None
         except OSError as e:

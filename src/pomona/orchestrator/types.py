@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from pomona.orchestrator.errors import InvalidRequest
+from pomona.errors import InvalidRequest
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
 SANDBOX_UID = 1000  # the default user, "pomona", on every runtime

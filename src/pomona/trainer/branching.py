@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pomona.benchmarks.task import Task
-from pomona.orchestrator.errors import PomonaError
+from pomona.errors import PomonaError
 from pomona.trainer.episodes import Episode
 
 SUBMIT = "submit"

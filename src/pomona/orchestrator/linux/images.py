@@ -38,7 +38,7 @@ from typing import IO
 import httpx
 
 from pomona import progress
-from pomona.orchestrator.errors import ImageNotFound, InvalidRequest
+from pomona.errors import ImageNotFound, InvalidRequest
 from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
 
 REGISTRY_DEADLINE = 3600.0  # one layer's download

@@ -17,7 +17,7 @@ import stat
 import tarfile
 from collections.abc import Iterator
 
-from pomona.orchestrator.errors import (
+from pomona.errors import (
     FileNotFoundInSandbox,
     InvalidRequest,
     PathOutsideSandbox,

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pomona.orchestrator.errors import RuntimeUnavailable
+from pomona.errors import RuntimeUnavailable
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_CMP_MASKED_EQ = 7

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pomona.orchestrator.errors import (
+from pomona.errors import (
     FileNotFoundInSandbox,
     ImageNotFound,
     InvalidRequest,
@@ -423,7 +423,7 @@ class DockerRuntime:
             try:
                 await self._call(self.client.images.get, image)
             except self.errors.NotFound:
-                raise SnapshotNotFound(snapshot.id) from None
+                raise SnapshotNotFound.of(snapshot.id) from None
         else:
             image = await self._image(spec.image)
         created_at = time.time()
@@ -575,7 +575,7 @@ class DockerRuntime:
     def _get(self, sandbox_id: str) -> _Live:
         live = self.sandboxes.get(sandbox_id)
         if live is None:
-            raise SandboxNotFound(sandbox_id)
+            raise SandboxNotFound.of(sandbox_id)
         if live.dead:
             raise SandboxConflict(f"sandbox {sandbox_id!r} has failed (its init process died); delete it")
         return live

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pomona import progress
-from pomona.orchestrator.errors import (
+from pomona.errors import (
     InvalidRequest,
     PomonaError,
     RuntimeUnavailable,
@@ -360,7 +360,7 @@ class LocalRuntime:
         try:
             data = json.loads(path.read_text())
         except OSError:
-            raise SnapshotNotFound(snapshot_id) from None
+            raise SnapshotNotFound.of(snapshot_id) from None
         return data["lowers"], data["image_env"]
 
     def _build(self, live: _Live, spec: SandboxSpec) -> None:
@@ -604,7 +604,7 @@ class LocalRuntime:
     def _get(self, sandbox_id: str) -> _Live:
         live = self.sandboxes.get(sandbox_id)
         if live is None or live.record.status != "ready":
-            raise SandboxNotFound(sandbox_id)
+            raise SandboxNotFound.of(sandbox_id)
         if reason := live.dead():
             raise SandboxConflict(f"sandbox {sandbox_id!r} has failed ({reason}); delete it")
         return live

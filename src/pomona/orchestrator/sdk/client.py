@@ -19,7 +19,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from pomona.orchestrator.errors import SandboxFailed
+from pomona.errors import SandboxFailed
 from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.runtimes import make_runtime
 from pomona.orchestrator.service import SandboxService

@@ -27,8 +27,15 @@ from urllib.parse import quote
 
 import httpx
 
-from pomona.orchestrator.api_models import JobView, ServiceUnreachable, WaitTimedOut, rebuild_error
-from pomona.orchestrator.errors import InvalidRequest, PomonaError, SandboxFailed
+from pomona.errors import (
+    InvalidRequest,
+    PomonaError,
+    SandboxFailed,
+    ServiceUnreachable,
+    WaitTimedOut,
+    error_named,
+)
+from pomona.orchestrator.api_models import JobView
 from pomona.orchestrator.service import new_id
 from pomona.orchestrator.types import (
     ExecChunk,
@@ -126,7 +133,7 @@ class RemoteService:
             name, detail = None, response.text
         if not isinstance(detail, str):
             detail = json.dumps(detail)
-        error = rebuild_error(name, detail or f"HTTP {response.status_code}", response.status_code)
+        error = error_named(name, detail or f"HTTP {response.status_code}")
         if isinstance(body := _json_or_none(response), dict) and body.get("job_id"):
             error.job_id = body["job_id"]  # type: ignore[attr-defined]
         return error
@@ -184,7 +191,7 @@ class RemoteService:
     @staticmethod
     def _result(job: JobView) -> ExecResult:
         if job.exit_code is None:
-            raise rebuild_error(job.error_type, job.error or f"job {job.job_id} ended {job.status}")
+            raise error_named(job.error_type, job.error or f"job {job.job_id} ended {job.status}")
         return ExecResult(exit_code=job.exit_code, stdout=job.stdout, stderr=job.stderr,
                           duration=job.duration or 0.0, timed_out=job.timed_out, truncated=job.truncated)
 
@@ -219,7 +226,7 @@ class RemoteService:
                             yield ExecResult.model_validate(item)
                             return
                         else:
-                            raise rebuild_error(item.get("error"), item.get("detail", "exec failed"))
+                            raise error_named(item.get("error"), item.get("detail", "exec failed"))
                     raise ServiceUnreachable("the exec stream ended without a result")
             except (*NEVER_SENT, *ANSWER_LOST) as e:
                 if started or time.monotonic() > deadline:
@@ -352,7 +359,7 @@ async def _expect(ws, kind: str) -> dict:
         message = ""
     code = ws.close_code or 0
     await ws.close()
-    raise rebuild_error(WS_CLOSE_ERRORS.get(code, "SandboxFailed"),
+    raise error_named(WS_CLOSE_ERRORS.get(code, "SandboxFailed"),
                         message or ws.close_reason or f"the service closed the session ({code})")
 
 

@@ -20,18 +20,21 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from pomona.orchestrator.api_models import JobNotFound, WaitTimedOut, rebuild_error
-from pomona.orchestrator.errors import (
+from pomona.errors import (
+    JobNotFound,
     PomonaError,
     SandboxConflict,
     SandboxNotFound,
     SnapshotNotFound,
+    WaitTimedOut,
+    error_named,
 )
-from pomona.orchestrator.runtime import Pty
+from pomona.orchestrator.runtime import Pty, Refreshable
 from pomona.orchestrator.server.store import JobRecord, SandboxRecord, Store
 from pomona.orchestrator.service import SandboxService, new_id
 from pomona.orchestrator.types import (
@@ -46,6 +49,7 @@ from pomona.orchestrator.types import (
 )
 
 log = logging.getLogger("pomona.service")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,13 @@ class _LiveJob:
 
 
 class Coordinator:
+    """The service's rules over one SandboxService and one store. Operations on one sandbox take
+    its record from `sandbox(who, id)`, which is where ownership is checked, once."""
+
     def __init__(self, service: SandboxService, store: Store, timing: Timing | None = None):
         self.service, self.store = service, store
+        runtime = service.runtime
+        self._refresh = runtime.refresh if isinstance(runtime, Refreshable) else None
         self.timing = timing or Timing()
         self.replica = secrets.token_hex(6)
         self._jobs: dict[str, _LiveJob] = {}
@@ -120,7 +129,7 @@ class Coordinator:
         await self.service.close()
         await self.store.close()
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -183,9 +192,8 @@ class Coordinator:
         """Make this replica's runtime see the sandbox another replica created (or re-created)."""
         if not force and self._synced.get(record.id) == record.created_at:
             return True
-        refresh = getattr(self.service.runtime, "refresh", None)
-        if refresh is not None:
-            found = await refresh(record.id)
+        if self._refresh is not None:
+            found = await self._refresh(record.id)
         else:
             found = any(i.id == record.id for i in await self.service.runtime.list())
         if found:
@@ -196,9 +204,9 @@ class Coordinator:
         """The caller's sandbox, ready and visible to this replica's runtime, or SandboxNotFound."""
         record = await self.store.get_sandbox(sandbox_id)
         if record is None or not who.owns(record.owner):
-            raise SandboxNotFound(sandbox_id)
+            raise SandboxNotFound.of(sandbox_id)
         if record.status == "ready" and not await self._sync(record):
-            raise SandboxNotFound(sandbox_id)
+            raise SandboxNotFound.of(sandbox_id)
         return self._with_health([record], await self.service.runtime.list())[0]
 
     @staticmethod
@@ -211,8 +219,7 @@ class Coordinator:
                      snapshot: SnapshotInfo | None = None) -> SandboxRecord:
         """Idempotent on the id; runs to the end even if the caller goes away, so a retry finds it."""
         sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
-        task = asyncio.ensure_future(self._create(who, spec, sandbox_id, snapshot))
-        return await asyncio.shield(task)
+        return await asyncio.shield(self._spawn(self._create(who, spec, sandbox_id, snapshot)))
 
     async def _create(self, who: Principal, spec: SandboxSpec, sandbox_id: str,
                       snapshot: SnapshotInfo | None) -> SandboxRecord:
@@ -220,20 +227,21 @@ class Coordinator:
         lease = SandboxRecord(id=sandbox_id, owner=who.name, spec=spec, replica=self.replica,
                               runtime=self.service.runtime.name, created_at=now, heartbeat_at=now,
                               snapshot=snapshot.id if snapshot else None)
-        deadline = time.monotonic() + self.timing.create_wait
-        while (existing := await self.store.claim_sandbox(lease)) is not None:
-            if not who.owns(existing.owner):
-                raise SandboxConflict(f"sandbox id {sandbox_id!r} is taken; pick another id")
-            if existing.spec != spec:
-                raise SandboxConflict(f"sandbox {sandbox_id!r} exists with a different spec; "
-                                      "pick another id or delete it first")
-            if existing.status == "ready":
-                await self._sync(existing)
-                return existing
-            if time.monotonic() > deadline:
-                raise SandboxConflict(f"sandbox {sandbox_id!r} is still being created elsewhere")
-            await self._recover_creating(existing)  # its creator died: the next claim wins
-            await asyncio.sleep(0.02)
+        try:
+            async with asyncio.timeout(self.timing.create_wait):
+                while (existing := await self.store.claim_sandbox(lease)) is not None:
+                    if not who.owns(existing.owner):
+                        raise SandboxConflict(f"sandbox id {sandbox_id!r} is taken; pick another id")
+                    if existing.spec != spec:
+                        raise SandboxConflict(f"sandbox {sandbox_id!r} exists with a different "
+                                              "spec; pick another id or delete it first")
+                    if existing.status == "ready":
+                        await self._sync(existing)
+                        return existing
+                    await self._recover_creating(existing)  # its creator died: the next claim wins
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            raise SandboxConflict(f"sandbox {sandbox_id!r} is still being created elsewhere") from None
         try:
             await self._forget(sandbox_id)
             info = await self.service.create(spec, sandbox_id, snapshot)
@@ -251,19 +259,20 @@ class Coordinator:
     async def _forget(self, sandbox_id: str) -> None:
         """Drop a stale view of an id (deleted elsewhere) before creating it anew."""
         self._synced.pop(sandbox_id, None)
-        refresh = getattr(self.service.runtime, "refresh", None)
-        if refresh is not None:
-            await refresh(sandbox_id)
+        if self._refresh is not None:
+            await self._refresh(sandbox_id)
 
     async def wait_ready(self, who: Principal, sandbox_id: str, timeout: float) -> SandboxRecord:
-        deadline = time.monotonic() + timeout
-        while (record := await self.sandbox(who, sandbox_id)).status != "ready":
-            if record.status == "failed":
-                raise SandboxConflict(f"sandbox {sandbox_id!r} has failed (its init process died); delete it")
-            if time.monotonic() >= deadline:
-                raise WaitTimedOut(f"sandbox {sandbox_id!r} was not ready within {timeout:g} s; "
-                                   "it is still being created: wait again")
-            await asyncio.sleep(0.05)
+        try:
+            async with asyncio.timeout(timeout):
+                while (record := await self.sandbox(who, sandbox_id)).status != "ready":
+                    if record.status == "failed":
+                        raise SandboxConflict(f"sandbox {sandbox_id!r} has failed (its init process "
+                                              "died); delete it")
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise WaitTimedOut(f"sandbox {sandbox_id!r} was not ready within {timeout:g} s; "
+                               "it is still being created: wait again") from None
         return record
 
     async def list(self, who: Principal, labels: dict[str, str]) -> list[SandboxRecord]:
@@ -271,9 +280,8 @@ class Coordinator:
                 if who.owns(r.owner) and all(r.spec.labels.get(k) == v for k, v in labels.items())]
         return self._with_health(mine, await self.service.runtime.list())
 
-    async def heartbeat(self, who: Principal, sandbox_id: str) -> SandboxRecord:
-        record = await self.sandbox(who, sandbox_id)
-        record = record.model_copy(update={"heartbeat_at": time.time()})
+    async def heartbeat(self, sandbox: SandboxRecord) -> SandboxRecord:
+        record = sandbox.model_copy(update={"heartbeat_at": time.time()})
         await self.store.put_sandbox(record)
         return record
 
@@ -344,23 +352,22 @@ class Coordinator:
 
     async def _unlock(self, name: str, holder: str) -> None:
         """Release, retrying while the store is away; the lock's TTL is the last resort."""
-        deadline = time.monotonic() + self.timing.lock_ttl
-        while True:
-            try:
-                return await self.store.unlock(name, holder)
-            except Exception:
-                if time.monotonic() > deadline:
-                    return
-                await asyncio.sleep(0.2)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timing.lock_ttl):
+                while True:
+                    try:
+                        return await self.store.unlock(name, holder)
+                    except Exception:
+                        await asyncio.sleep(0.2)
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def submit(self, who: Principal, sandbox_id: str, request: ExecRequest,
+    async def submit(self, who: Principal, sandbox: SandboxRecord, request: ExecRequest,
                      idempotency_key: str | None = None,
                      on_finish: Callable[[], None] | None = None) -> tuple[JobRecord, bool]:
         """Start a job, or return the one already started under this key: (job, is_new).
         `on_finish` runs when a new job ends (the server frees its admission slot there)."""
-        await self.sandbox(who, sandbox_id)
+        sandbox_id = sandbox.id
         job = JobRecord(id=new_id("job"), sandbox_id=sandbox_id, owner=who.name,
                         replica=self.replica, request=request, created_at=time.time())
         key = f"{who.name}:{sandbox_id}:{idempotency_key}" if idempotency_key else None
@@ -460,7 +467,7 @@ class Coordinator:
                     not await self.store.alive(job.replica):
                 job = await self._lost(job)
         if job is None or not who.owns(job.owner):
-            raise JobNotFound(job_id)
+            raise JobNotFound.of(job_id)
         return job
 
     async def _lost(self, job: JobRecord) -> JobRecord:
@@ -474,22 +481,24 @@ class Coordinator:
     async def wait(self, who: Principal, job_id: str, timeout: float | None) -> JobRecord:
         """The finished job, or WaitTimedOut (408) when `timeout` passes first."""
         job = await self.job(who, job_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if live := self._jobs.get(job_id):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(live.finished.wait(), timeout)
-            job = live.record
-        else:
-            delay = 0.01
-            while not job.done and (deadline is None or time.monotonic() < deadline):
-                await asyncio.sleep(delay)
-                delay = min(delay * 1.5, 0.25)
-                job = await self.job(who, job_id)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                job = await self._finished(who, job)
         if not job.done:
-            error = WaitTimedOut(f"job {job_id} is still {job.status} after {timeout:g} s; wait again "
-                                 f"(GET /jobs/{job_id}/wait) or cancel it")
-            error.job_id = job_id
-            raise error
+            raise WaitTimedOut(f"job {job_id} is still {job.status} after {timeout:g} s; wait again "
+                               f"(GET /jobs/{job_id}/wait) or cancel it", job_id=job_id)
+        return job
+
+    async def _finished(self, who: Principal, job: JobRecord) -> JobRecord:
+        """The job once done: one this replica runs is awaited, another's is polled in the store."""
+        if live := self._jobs.get(job.id):
+            await live.finished.wait()
+            return live.record
+        delay = 0.01
+        while not job.done:
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+            job = await self.job(who, job.id)
         return job
 
     async def cancel(self, who: Principal, job_id: str) -> JobRecord:
@@ -525,30 +534,28 @@ class Coordinator:
                 await changed.wait()
             job = live.record
         if job.result is None:
-            raise rebuild_error(job.error_type, job.error or "the job failed")
+            raise error_named(job.error_type, job.error or "the job failed")
         yield job.result
 
     # -- operations that run commands: under the exec lock --------------------------------------
 
-    async def apply_patch(self, who: Principal, sandbox_id: str, patch: str, cwd: str | None,
+    async def apply_patch(self, sandbox: SandboxRecord, patch: str, cwd: str | None,
                           timeout: float) -> PatchResult:
-        await self.sandbox(who, sandbox_id)
-        async with self.exec_lock(sandbox_id):
-            return await self.service.apply_patch(sandbox_id, patch, cwd, timeout)
+        async with self.exec_lock(sandbox.id):
+            return await self.service.apply_patch(sandbox.id, patch, cwd, timeout)
 
-    async def open_connection(self, who: Principal, sandbox_id: str, port: int):
-        await self.sandbox(who, sandbox_id)
-        return await self.service.open_connection(sandbox_id, port)
+    async def open_connection(self, sandbox: SandboxRecord, port: int
+                              ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await self.service.open_connection(sandbox.id, port)
 
-    async def open_pty(self, who: Principal, sandbox_id: str, request: ExecRequest,
-                       rows: int, cols: int) -> Pty:
-        await self.sandbox(who, sandbox_id)
-        return await self.service.open_pty(sandbox_id, request, rows, cols)
+    async def open_pty(self, sandbox: SandboxRecord, request: ExecRequest, rows: int, cols: int) -> Pty:
+        return await self.service.open_pty(sandbox.id, request, rows, cols)
 
     # -- snapshot and fork --------------------------------------------------------------------
 
-    async def snapshot(self, who: Principal, sandbox_id: str, snapshot_id: str | None) -> SnapshotInfo:
-        await self.sandbox(who, sandbox_id)
+    async def snapshot(self, who: Principal, sandbox: SandboxRecord, snapshot_id: str | None
+                       ) -> SnapshotInfo:
+        sandbox_id = sandbox.id
         snapshot_id = check_id(snapshot_id or new_id("snap"), "snapshot id")
         try:
             info = await self.service.snapshot(sandbox_id, snapshot_id)
@@ -564,7 +571,7 @@ class Coordinator:
         owner = await self.store.snapshot_owner(snapshot_id)
         found = next((s for s in await self.service.list_snapshots() if s.id == snapshot_id), None)
         if found is None or not who.owns(owner):
-            raise SnapshotNotFound(snapshot_id)
+            raise SnapshotNotFound.of(snapshot_id)
         return found
 
     async def list_snapshots(self, who: Principal) -> list[SnapshotInfo]:

@@ -28,8 +28,8 @@ from prometheus_client import (
 )
 from prometheus_client import Counter as CounterMetric
 
-from pomona.orchestrator.api_models import Overloaded, PermissionDenied
-from pomona.orchestrator.errors import PomonaError
+from pomona.errors import Overloaded, PermissionDenied, PomonaError
+from pomona.orchestrator.server.state import ServiceState
 
 OPERATIONS = {
     ("POST", "/sandboxes"): "create",
@@ -106,7 +106,7 @@ def instrument(app: FastAPI, coordinator: Any) -> ServiceMetrics:
         key = request.headers.get("x-api-key") or (
             header[7:] if header[:7].lower() == "bearer " else None
         )
-        if not request.app.state.keys.check(key).admin:
+        if not ServiceState.of(request.app).keys.check(key).admin:
             raise PermissionDenied("metrics cover every tenant: scrape with an admin key")
         counts = Counter(
             (r.status, r.runtime or "?") for r in await coordinator.store.list_sandboxes()

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from pomona.orchestrator.api_models import Overloaded
-from pomona.orchestrator.errors import SourceNotAllowed
+from pomona.errors import Overloaded, SourceNotAllowed
 from pomona.orchestrator.server.coordinator import Principal
 from pomona.orchestrator.types import SandboxSpec
 

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from pomona.orchestrator.api_models import AuthenticationRequired, PermissionDenied
-from pomona.orchestrator.errors import PomonaError, SandboxNotFound
+from pomona.errors import AuthenticationRequired, PermissionDenied, PomonaError, SandboxNotFound
 from pomona.orchestrator.server.coordinator import Coordinator, Principal
 from pomona.orchestrator.types import ExecRequest
 
@@ -78,7 +77,7 @@ async def pty_session(websocket: WebSocket, check: Check, coord: Coordinator, sa
     except WebSocketDisconnect:
         return
     try:
-        pty = await coord.open_pty(who, sandbox_id, request, rows, cols)
+        pty = await coord.open_pty(await coord.sandbox(who, sandbox_id), request, rows, cols)
     except SandboxNotFound as e:
         return await _fail(websocket, 4404, str(e))
     except PomonaError as e:
@@ -139,7 +138,7 @@ async def tcp_tunnel(websocket: WebSocket, check: Check, coord: Coordinator, san
     if who is None:
         return
     try:
-        reader, writer = await coord.open_connection(who, sandbox_id, port)
+        reader, writer = await coord.open_connection(await coord.sandbox(who, sandbox_id), port)
     except SandboxNotFound as e:
         return await _fail(websocket, 4404, str(e))
     except (PomonaError, OSError) as e:

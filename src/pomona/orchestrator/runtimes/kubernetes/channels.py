@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pomona.orchestrator.errors import SandboxFailed
+from pomona.errors import SandboxFailed
 from pomona.orchestrator.runtimes import execution
 
 STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4

@@ -322,7 +322,7 @@ def _payload_volume(
     """The harness payload, read-only: an image volume, or an emptyDir an init container fills.
     Host paths are not mounted: on a cluster the orchestrator's disk is not the node's."""
     if target != TOOLS_TARGET or not settings.tools_image:
-        from pomona.orchestrator.errors import InvalidRequest
+        from pomona.errors import InvalidRequest
 
         raise InvalidRequest(
             f"the kubernetes runtime mounts only the harness payload (target {TOOLS_TARGET}, "

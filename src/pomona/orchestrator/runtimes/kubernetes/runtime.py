@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pomona.orchestrator.errors import (
+from pomona.errors import (
     FileNotFoundInSandbox,
     ImageNotFound,
     InvalidRequest,
@@ -709,7 +709,7 @@ class KubernetesRuntime:
     def _get(self, sandbox_id: str) -> _Live:
         live = self.sandboxes.get(sandbox_id)
         if live is None:
-            raise SandboxNotFound(sandbox_id)
+            raise SandboxNotFound.of(sandbox_id)
         return live
 
     # -- exec ---------------------------------------------------------------------------------
@@ -1104,7 +1104,7 @@ class KubernetesRuntime:
         """What a fork starts from: a VolumeSnapshot's name, or the workspace tar."""
         if self._volume_snapshots:
             if not any(s.id == snapshot.id for s in await self.list_snapshots()):
-                raise SnapshotNotFound(snapshot.id)
+                raise SnapshotNotFound.of(snapshot.id)
             return objects.snapshot_name(snapshot.id), None
         filesystem, base = self._store()
 
@@ -1115,7 +1115,7 @@ class KubernetesRuntime:
         try:
             return None, await asyncio.to_thread(load)
         except (FileNotFoundError, OSError):
-            raise SnapshotNotFound(snapshot.id) from None
+            raise SnapshotNotFound.of(snapshot.id) from None
 
     async def list_snapshots(self) -> list[SnapshotInfo]:
         if self._volume_snapshots:

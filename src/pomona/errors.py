@@ -1,0 +1,153 @@
+"""Every error Pomona raises on purpose, in one tree, so `except PomonaError` catches all of them
+and nothing else. Each says what went wrong and what to do about it.
+
+    PomonaError
+    ├── InvalidRequest (ValueError)       malformed input: a limit, path, id, mode, size
+    │   └── PathOutsideSandbox            a path (or a link on its way) tries to leave the sandbox
+    ├── NotFound (LookupError)            no such thing, or not the caller's
+    │   ├── SandboxNotFound
+    │   ├── SnapshotNotFound
+    │   ├── JobNotFound
+    │   ├── ImageNotFound
+    │   └── FileNotFoundInSandbox (FileNotFoundError)
+    ├── SandboxConflict                   an id reused with another spec, a snapshot in use
+    ├── JobCancelled                      the job was cancelled before it finished
+    ├── AuthenticationRequired            no API key
+    ├── PermissionDenied                  a key the service does not know, or not allowed this
+    │   └── SourceNotAllowed              a host path or image source the operator did not allow
+    ├── TooLarge                          a body, file or archive over a limit
+    ├── WaitTimedOut                      a server-side wait expired; the work itself goes on
+    ├── Overloaded                        admission control turned the request away: retry
+    ├── StoreUnavailable                  the service's state store is away: retry
+    ├── ServiceUnreachable                the SDK cannot reach the service, or lost its answer
+    ├── RuntimeUnavailable                the runtime cannot work on this machine
+    ├── SandboxFailed                     the sandbox died or could not start
+    ├── InstallError (RuntimeError)       pomona.harnesses.payload: an install step failed
+    │   └── Unavailable                   the harness cannot be installed on this machine
+    ├── VerifierError (RuntimeError)      pomona.benchmarks.task: no trustworthy verdict
+    └── ProxyError                        pomona.proxy.errors: answered in the caller's dialect
+        ├── BadRequest ...                the request cannot be served as sent (4xx)
+        ├── ClientGone                    the client hung up before its answer
+        └── UpstreamError                 the upstream (or the policy) failed
+
+The sandbox layer's errors live here; the harness, benchmark and proxy subtrees live beside the
+code that raises them and derive from the classes above. Constructors are plain (one message),
+so an error that crossed the REST API is rebuilt as its own class by `error_named`. How each
+maps to an HTTP status is the service's business (pomona.orchestrator.server.errors).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+
+class PomonaError(Exception):
+    """Base of every error Pomona raises on purpose."""
+
+
+class InvalidRequest(PomonaError, ValueError):
+    """The caller asked for something malformed (bad limit, bad path, bad mode)."""
+
+
+class PathOutsideSandbox(InvalidRequest):
+    """A path (or a symlink on the way to it) tried to leave the sandbox's root."""
+
+
+class NotFound(PomonaError, LookupError):
+    """No such thing; for the service, also "not yours" (it never says which)."""
+
+
+class SandboxNotFound(NotFound):
+    @classmethod
+    def of(cls, sandbox_id: str) -> SandboxNotFound:
+        return cls(f"no sandbox with id {sandbox_id!r} (deleted, expired, or never created)")
+
+
+class SnapshotNotFound(NotFound):
+    @classmethod
+    def of(cls, snapshot_id: str) -> SnapshotNotFound:
+        return cls(f"no snapshot with id {snapshot_id!r}")
+
+
+class JobNotFound(NotFound):
+    @classmethod
+    def of(cls, job_id: str) -> JobNotFound:
+        return cls(f"no job with id {job_id!r} (finished jobs are kept 1 h, and 10 min after "
+                   "their sandbox is deleted)")
+
+
+class ImageNotFound(NotFound):
+    """An image no allowed source has."""
+
+
+class FileNotFoundInSandbox(NotFound, FileNotFoundError):
+    """A path that does not exist inside the sandbox."""
+
+
+class SandboxConflict(PomonaError):
+    """A create reused an id with a different spec, or the sandbox is in the wrong state."""
+
+
+class JobCancelled(PomonaError):
+    """The job was cancelled before it finished."""
+
+
+class AuthenticationRequired(PomonaError):
+    """The service needs an API key and none came."""
+
+
+class PermissionDenied(PomonaError):
+    """The key is unknown, or the caller may not do this."""
+
+
+class SourceNotAllowed(PermissionDenied):
+    """A host path or image source the operator did not allow this caller (it never says
+    whether the path or host exists)."""
+
+
+class TooLarge(PomonaError):
+    """A request body, file or archive over its limit."""
+
+
+class WaitTimedOut(PomonaError):
+    """A server-side wait expired; the operation itself goes on. `job_id` names the job."""
+
+    def __init__(self, message: str, *, job_id: str | None = None):
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class Overloaded(PomonaError):
+    """Admission control turned the request away before anything ran: retry later."""
+
+
+class StoreUnavailable(PomonaError):
+    """The service's state store is unreachable: retry shortly."""
+
+
+class ServiceUnreachable(PomonaError):
+    """The SDK could not reach the service (or lost the answer of a call it may not repeat)."""
+
+
+class RuntimeUnavailable(PomonaError):
+    """The runtime cannot work on this machine (missing binary, no engine running, ...)."""
+
+
+class SandboxFailed(PomonaError):
+    """The sandbox died or could not start; its message carries the runtime's own words."""
+
+
+def error_named(name: str | None, message: str) -> PomonaError:
+    """The error a name stands for (the `error` of a service's error body, a job's error type),
+    as its own class with `message`; a name this version does not know becomes a PomonaError
+    subclass of that name, so it still shows."""
+    return _class_named(name or "PomonaError")(message)
+
+
+@functools.cache
+def _class_named(name: str) -> type[PomonaError]:
+    found = getattr(sys.modules[__name__], name, None)
+    if isinstance(found, type) and issubclass(found, PomonaError):
+        return found
+    return type(name, (PomonaError,), {"__module__": __name__})
