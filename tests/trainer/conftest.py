@@ -32,6 +32,10 @@ from pomona.benchmarks import builtin  # noqa: E402
 from pomona.harnesses import payload  # noqa: E402
 from pomona.harnesses.registry import get as get_harness  # noqa: E402
 from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer  # noqa: E402
+from pomona.proxy.local_model import LocalModel, LocalModelServer  # noqa: E402
+from tests.gym import conftest as gym  # noqa: E402
+
+gym_state, runs, gym_proxy = gym.gym_state, gym.runs, gym.gym_proxy  # the gym's fixtures, shared
 
 HARNESSES = ("pi", "mini-swe-agent", "claude-code")
 TASK = builtin.get("files/create-hello")
@@ -43,21 +47,10 @@ TOOLS = [{"type": "function", "function": {
 
 @pytest.fixture(scope="session")
 def harnesses_ready() -> None:
+    """The gym's fixtures (gym_state) take this one under tests/trainer: more harnesses."""
     missing = payload.ensure(HARNESSES)
     if missing:
         pytest.skip(f"harness payload unavailable: {missing}")
-
-
-@pytest.fixture(scope="session")
-def state_dir(harnesses_ready: None) -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="pomona-trainer-")
-    yield path
-    from pomona.gym.sandboxes import _close_all
-    from pomona.orchestrator.runtimes.local import LocalRuntime
-
-    _close_all()
-    LocalRuntime(path).unmount_store()
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +112,7 @@ def drop_think_model(tiny_model: Path, session_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def recorded(state_dir: str, session_dir: Path) -> Path:
+def recorded(gym_state: str, session_dir: Path) -> Path:
     """A trajectory directory with one episode per harness in HARNESSES (see the module doc)."""
     import pomona.gym
 
@@ -151,7 +144,7 @@ def recorded(state_dir: str, session_dir: Path) -> Path:
                     harness,
                     model,
                     proxy=proxy,
-                    state_dir=state_dir,
+                    state_dir=gym_state,
                     timeout=120,
                     progress=False,
                 )
@@ -159,3 +152,29 @@ def recorded(state_dir: str, session_dir: Path) -> Path:
 
         asyncio.run(record())
     return runs
+
+
+def two_turn_episode(model_dir: Path, runs: Path, *, command: str = "ls", reward: float = 1.0,
+                     temperature: float = 0.0) -> str:  # fmt: skip
+    """One episode (task t/run) of two calls to the local model through the recording proxy,
+    made with the real openai SDK the way a harness makes them: the reply appended, then the
+    tool's result (or a user nudge when the model called no tool)."""
+    import openai
+
+    with LocalModelServer(LocalModel(model_dir, max_new_tokens=48)) as server, \
+            ProxyServer(ProxyConfig(trajectories=runs)) as proxy:  # fmt: skip
+        proxy.config.models.append(ModelRoute.from_entry({"model_name": "tiny", "litellm_params": {
+            "model": "hosted_vllm/tiny", "api_base": f"{server.url}/v1", "api_key": "x"}}))  # fmt: skip
+        ep = proxy.open_episode(model="tiny", metadata={"task": "t/run", "harness": "sdk"})
+        client = openai.OpenAI(base_url=ep["base_url"], api_key="x")
+        messages = tool_conversation(command)[:2]
+        for _ in range(2):
+            r = client.chat.completions.create(
+                model="tiny", messages=messages, tools=TOOLS, temperature=temperature, seed=0
+            )
+            reply = r.choices[0].message
+            messages.append(reply.model_dump(exclude_none=True, exclude={"annotations"}))
+            messages.append({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "a.txt"}
+                            if reply.tool_calls else {"role": "user", "content": "And now?"})  # fmt: skip
+        proxy.close_episode(ep["key"], reward=reward, resolved=reward > 0)
+    return ep["key"]

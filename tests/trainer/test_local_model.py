@@ -52,11 +52,15 @@ def test_bad_input_is_refused_in_the_callers_dialect(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="not a Hugging Face model directory"):
         LocalModel(tmp_path)
     model = LocalModel(tiny_model, max_new_tokens=8)
+    too_long = [{"role": "user", "content": "hello " * model.context}]
     with LocalModelServer(model) as server:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError, match="context"):
-            client.chat.completions.create(model="tiny", max_tokens=10**6,
+            client.chat.completions.create(model="tiny", messages=too_long)
+        # a harness's own default (pi asks for 16,384 tokens) is capped, not refused
+        r = client.chat.completions.create(model="tiny", max_tokens=10**6,
                                            messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        assert r.usage.completion_tokens <= 8
         r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json")
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
         r = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": "hi"})
@@ -65,9 +69,8 @@ def test_bad_input_is_refused_in_the_callers_dialect(tiny_model, tmp_path):
             proxy.config.models.append(ModelRoute.from_entry({"model_name": "tiny", "litellm_params": {
                 "model": "hosted_vllm/tiny", "api_base": f"{server.url}/v1", "api_key": "x"}}))  # fmt: skip
             claude = anthropic.Anthropic(base_url=proxy.url, api_key="x", max_retries=0)
-            with pytest.raises(anthropic.BadRequestError):
-                claude.messages.create(model="tiny", max_tokens=17_000,
-                                       messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+            with pytest.raises(anthropic.BadRequestError, match="context"):
+                claude.messages.create(model="tiny", max_tokens=4, messages=too_long)
             reply = claude.messages.create(model="tiny", max_tokens=4,
                                            messages=[{"role": "user", "content": "hi"}])  # fmt: skip
             assert reply.role == "assistant" and reply.usage.output_tokens <= 4

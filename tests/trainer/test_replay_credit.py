@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from pomona.benchmarks import builtin
 from pomona.benchmarks.task import CommandScorer, Task
 from pomona.gym.rollout import balanced_rollout, group_rollout
 from pomona.gym.sandboxes import shared_client
-from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy import ProxyServer
 from pomona.proxy.replay import Replayer
 from pomona.trainer.bar import BarConfig
 from pomona.trainer.branching import harness_values, sft_examples, shell_values
@@ -64,9 +63,8 @@ class Alternating:
 
 
 @pytest.fixture
-def proxy(tmp_path: Path) -> Iterator[ProxyServer]:
-    with ProxyServer(ProxyConfig(trajectories=tmp_path / "runs")) as p:
-        yield p
+def proxy(gym_proxy: ProxyServer) -> ProxyServer:
+    return gym_proxy
 
 
 def run(tasks, model=None, **kwargs):
@@ -83,17 +81,17 @@ def calls_of(proxy: ProxyServer, key: str) -> list[dict]:
     ]
 
 
-def test_replay_reproduces_a_run_and_reports_the_first_divergence(proxy, state_dir):
-    (original,) = run([HELLO], "oracle", proxy=proxy, state_dir=state_dir)
+def test_replay_reproduces_a_run_and_reports_the_first_divergence(proxy, gym_state):
+    (original,) = run([HELLO], "oracle", proxy=proxy, state_dir=gym_state)
     recorded = calls_of(proxy, original.episode)
     replayer = Replayer(recorded)
-    (again,) = run([HELLO], policy=replayer, proxy=proxy, state_dir=state_dir)
+    (again,) = run([HELLO], policy=replayer, proxy=proxy, state_dir=gym_state)
     report = replayer.report(again.episode)
     assert (again.failure_kind, again.reward) == ("none", 1.0)
     assert report.faithful and report.replayed == report.turns == len(replayer.turns) == 2
 
     # the same replies to a run on another task: its very first request differs
-    (other,) = run([builtin.get("text/replace")], policy=replayer, proxy=proxy, state_dir=state_dir)
+    (other,) = run([builtin.get("text/replace")], policy=replayer, proxy=proxy, state_dir=gym_state)
     divergence = replayer.report(other.episode).divergence
     assert divergence is not None and divergence.turn == 0
     assert divergence.where.startswith("messages[") and divergence.where.endswith("content")
@@ -101,18 +99,24 @@ def test_replay_reproduces_a_run_and_reports_the_first_divergence(proxy, state_d
     assert other.reward == 0.0  # the replayed command ran, and did not solve the other task
 
 
-def test_policy_rollouts_groups_and_balanced_rollout(proxy, state_dir):
+def test_policy_rollouts_groups_and_balanced_rollout(proxy, gym_state):
     groups = asyncio.run(group_rollout([HELLO], "pi", n=2, policy=Alternating(), proxy=proxy,
-                                       state_dir=state_dir, concurrency=2, progress=False,
-                                       keep_dropped=True))  # fmt: skip
+                                       state_dir=gym_state, concurrency=2, progress=False,
+                                       keep_dropped=True, run_id="group-1"))  # fmt: skip
     (group,) = groups
     assert not group.excluded, [(r.failure_kind, r.failure_message) for r in group.excluded]
     assert sorted(group.rewards) == [0.0, 1.0]
     assert sorted(group.advantages) == pytest.approx([-0.70711, 0.70711], abs=1e-4)
     assert all(r.model == "policy" for r in group.members)
+    assert sorted(r.attempt for r in group.members) == [0, 1]
+    rows = trajectories.read(proxy.config.trajectories, "episodes").to_pylist()
+    assert {(r["run"], json.loads(r["metadata"])["attempt"]) for r in rows} == {
+        ("group-1", 0),
+        ("group-1", 1),
+    }
 
     results = asyncio.run(balanced_rollout([HELLO], "pi", policy=Alternating(), proxy=proxy,
-                                           state_dir=state_dir, config=BarConfig(n=2, max_samples=4, stride=2),
+                                           state_dir=gym_state, config=BarConfig(n=2, max_samples=4, stride=2),
                                            concurrency=2))  # fmt: skip
     result = results[HELLO.id]
     seen = [(a.reward, a.status, a.id.failure_message) for a in result.attempts]
@@ -121,18 +125,18 @@ def test_policy_rollouts_groups_and_balanced_rollout(proxy, state_dir):
     def broken(observation: dict) -> dict:
         raise RuntimeError("policy bug")
 
-    (failed,) = run([HELLO], policy=broken, proxy=proxy, state_dir=state_dir)
+    (failed,) = run([HELLO], policy=broken, proxy=proxy, state_dir=gym_state)
     assert (failed.failure_kind, failed.reward) == ("upstream", None)
     assert "policy bug" in failed.failure_message
     with pytest.raises(ValueError, match="either a model or a policy"):
-        run([HELLO], "oracle", policy=stop, proxy=proxy, state_dir=state_dir)
+        run([HELLO], "oracle", policy=stop, proxy=proxy, state_dir=gym_state)
 
 
-def test_values_by_replay_find_the_critical_turn(proxy, state_dir):
-    (original,) = run([UNDONE], "oracle", proxy=proxy, state_dir=state_dir)
+def test_values_by_replay_find_the_critical_turn(proxy, gym_state):
+    (original,) = run([UNDONE], "oracle", proxy=proxy, state_dir=gym_state)
     assert original.reward == 0.0
     values = harness_values(calls_of(proxy, original.episode), UNDONE, "pi", stop, k=2,
-                            proxy=proxy, state_dir=state_dir, timeout=120)  # fmt: skip
+                            proxy=proxy, state_dir=gym_state, timeout=120)  # fmt: skip
     # before any turn: stopping leaves nothing; after the echo: solved; after the rm: undone
     assert values.values == [0.0, 1.0, 0.0, 0.0] and values.rewards[1] == [1.0, 1.0]
     assert values.deltas == [1.0, -1.0, 0.0] and values.critical == 1
@@ -144,14 +148,14 @@ def test_values_by_replay_find_the_critical_turn(proxy, state_dir):
     assert "echo hello > hello.txt" in call["arguments"]
 
 
-def test_values_by_fork_for_a_shell_episode(state_dir):
+def test_values_by_fork_for_a_shell_episode(gym_state):
     task = builtin.get("text/replace")
 
     def fix(observation: dict) -> str:
         done = any("sed" in h["command"] for h in observation["history"])
         return "submit" if done else "sed -i 's/foo/bar/g' config.ini"
 
-    client = shared_client("local", state_dir)
+    client = shared_client("local", gym_state)
     values = shell_values(task, ["cat config.ini", "rm config.ini", "ls"], fix, k=2, client=client)
     assert values.values == [1.0, 1.0, 0.0, 0.0] and values.critical == 1
     assert values.segments() == [(0, 0)]

@@ -3,17 +3,17 @@ per call otherwise; drift flagged when re-rendering would change what the model 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
-import openai
 import pytest
-from conftest import TOOLS
+from conftest import TASK, two_turn_episode
 from transformers import AutoTokenizer
 
+import pomona.gym
 from pomona import trajectories
 from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer
-from pomona.proxy.local_model import LocalModel, LocalModelServer
 from pomona.trainer.episodes import Filters, load
 from pomona.trainer.samples import MERGED, PER_CALL, samples
 
@@ -84,46 +84,6 @@ def test_calls_without_token_ids_are_rendered_by_the_tokenizer(
     assert [x.rule for x in split] == [PER_CALL] * len(claude.turns)
 
 
-def two_turn_episode(model_dir: Path, runs: Path, *, temperature: float = 0.0, seed: int = 0,
-                     reward: float = 1.0) -> str:  # fmt: skip
-    """One episode of two calls to the local model through the recording proxy, made with the
-    real openai SDK the way a harness makes them (the reply appended, then a tool result)."""
-    with LocalModelServer(LocalModel(model_dir, max_new_tokens=48)) as server, \
-            ProxyServer(ProxyConfig(trajectories=runs)) as proxy:  # fmt: skip
-        proxy.config.models.append(
-            ModelRoute.from_entry(
-                {
-                    "model_name": "tiny",
-                    "litellm_params": {
-                        "model": "hosted_vllm/tiny",
-                        "api_base": f"{server.url}/v1",
-                        "api_key": "x",
-                    },
-                }
-            )
-        )
-        ep = proxy.open_episode(model="tiny", metadata={"task": "t/ls", "harness": "sdk"})
-        client = openai.OpenAI(base_url=ep["base_url"], api_key="x")
-        messages = [
-            {"role": "system", "content": "You run shell commands."},
-            {"role": "user", "content": "Please run ls."},
-        ]
-        for i in range(2):
-            r = client.chat.completions.create(
-                model="tiny", messages=messages, tools=TOOLS, temperature=temperature, seed=seed + i
-            )
-            messages.append(
-                r.choices[0].message.model_dump(exclude_none=True, exclude={"annotations"})
-            )
-            messages.append({"role": "tool", "tool_call_id": "c1", "content": "a.txt"}
-                            if r.choices[0].message.tool_calls else
-                            {"role": "user", "content": "And now?"})  # fmt: skip
-            if messages[-1]["role"] == "tool":
-                messages[-1]["tool_call_id"] = r.choices[0].message.tool_calls[0].id
-        proxy.close_episode(ep["key"], reward=reward, resolved=reward > 0)
-    return ep["key"]
-
-
 def test_drift_is_flagged_on_a_template_that_does_not_round_trip(
     tiny_model, drop_think_model, tmp_path
 ):
@@ -160,3 +120,43 @@ def test_filters_and_unreadable_input(recorded, tmp_path):
         proxy.close_episode(ep["key"], failure_kind="sandbox", failure_message="lost")
     assert load(runs) == [] and len(load(runs, Filters(include_failed=True))) == 1
     assert json.loads(trajectories.read(runs, "episodes").to_pylist()[0]["metadata"]) == {}
+
+
+@pytest.fixture(scope="module")
+def translated(tiny_model: Path, gym_state: str, session_dir: Path) -> Path:
+    """pi in its Anthropic and Responses dialects, answered by the tiny model through a
+    `transformers/` route: every call translated by LiteLLM to the model's chat wire."""
+    runs = session_dir / "runs-translated"
+    with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
+        proxy.config.models.append(ModelRoute.from_entry({"model_name": "tiny", "litellm_params": {
+            "model": f"transformers/{tiny_model}", "temperature": 0, "max_tokens": 32}}))  # fmt: skip
+        for dialect in ("anthropic", "responses"):
+            (record,) = asyncio.run(pomona.gym.rollout([TASK], "pi", "tiny", dialect=dialect,
+                                                       proxy=proxy, state_dir=gym_state,
+                                                       timeout=300, progress=False))  # fmt: skip
+            assert record.failure_kind == "none", record.failure_message
+    return runs
+
+
+def test_anthropic_and_responses_callers_get_the_upstreams_token_ids(translated, tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    calls = [c for c in trajectories.read(translated, "calls").to_pylist() if not c["side"]]
+    assert {c["dialect"] for c in calls} == {"anthropic", "responses"}
+    assert {(c["upstream"], c["upstream_dialect"], c["status"]) for c in calls} == {
+        ("litellm", "chat", "ok")
+    }
+    # pi asks for its own default reply length; the route's max_tokens caps it
+    assert all(len(c["completion_token_ids"]) <= 32 for c in calls)
+    episodes = load(translated)
+    assert len(episodes) == 2
+    for ep in episodes:
+        rows = sorted((c for c in calls if c["episode"] == ep.key), key=lambda c: c["sequence"])
+        # the turns are the conversation the model saw (the chat request LiteLLM sent), so the
+        # model's own template reproduces the prompt ids it answered: no drift
+        assert [t.dialect for t in ep.turns] == ["chat"] * len(rows)
+        assert [t.prompt_ids for t in ep.turns] == [c["prompt_token_ids"] for c in rows]
+        for s in samples(ep, tokenizer):
+            assert (s.tokens, s.drift) == ("recorded", False), s.drift_detail
+            by_turn = {c["sequence"]: c["completion_logprobs"] for c in rows}
+            trained = [lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m]
+            assert trained == [lp for t in s.turns for lp in by_turn[t]] and trained

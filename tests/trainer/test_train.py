@@ -4,7 +4,7 @@ policy-gradient step on token-level RL samples (the rewarded completion becomes 
 from __future__ import annotations
 
 import pytest
-from test_samples import two_turn_episode
+from conftest import two_turn_episode
 from transformers import AutoModelForCausalLM
 
 from pomona.trainer.episodes import Filters, load
@@ -32,8 +32,9 @@ def test_sft_on_an_exported_set_lowers_the_loss(recorded, tiny_model, tmp_path):
 
 def test_a_policy_gradient_step_raises_the_rewarded_completion(tiny_model, tmp_path):
     runs = tmp_path / "runs"
-    two_turn_episode(tiny_model, runs, temperature=1.0, seed=1, reward=1.0)
-    two_turn_episode(tiny_model, runs, temperature=1.0, seed=7, reward=0.0)
+    # two attempts at one task that answered differently (the tiny model runs what it is asked)
+    two_turn_episode(tiny_model, runs, command="ls", reward=1.0)
+    two_turn_episode(tiny_model, runs, command="pwd", reward=0.0)
     items = rl_samples(load(runs))  # recorded tokens: no tokenizer needed
     assert {round(i.advantage, 4) for i in items} == {0.7071, -0.7071}  # [1, 0] normalised
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model))

@@ -2,6 +2,7 @@
 
     env = gym.make("pomona/ModelCallEnv-v0", harness="pi", dialect="chat")
     obs, info = env.reset(options={"task": "files/create-hello"})   # returns at the first call
+                                    # (also "run", "attempt": the episode row's run id, attempt)
     obs, reward, terminated, truncated, info = env.step(
         {"tool_calls": [{"name": "bash", "arguments": {"command": "echo hello > hello.txt"}}]})
     obs, reward, terminated, truncated, info = env.step("done")     # text: the harness finishes
@@ -170,8 +171,10 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         if self.link.server is None:
             raise ValueError("ModelCallEnv holds calls in-process: give it a ProxyServer, not a URL")
         self._policy = Policy(timeout=self.policy_timeout)
-        opened = ep.open_episode(self.link, self.task, h, POLICY, secrets.token_hex(4),
-                                 policy=self._policy)
+        attempt = {"attempt": options["attempt"]} if "attempt" in options else {}
+        opened = ep.open_episode(self.link, self.task, h, POLICY,
+                                 options.get("run") or secrets.token_hex(4),
+                                 policy=self._policy, metadata=attempt)
         self.key, self.steps, self._ended, self._call = opened["key"], 0, None, None
         self._deadline = time.monotonic() + self.harness_timeout
         try:

@@ -138,7 +138,7 @@ async def rollout(
         if policy is not None:
             return run_policy_episode(task, harness, policy, proxy=link, runtime=runtime,
                                       state_dir=state_dir, timeout=timeout, dialect=dialect,
-                                      image=image, max_steps=max_steps)
+                                      image=image, max_steps=max_steps, run_id=run_id, attempt=i)
         name = model(task) if callable(model) else model
         return run_episode(task, harness, name, proxy=link, client=client, timeout=timeout,
                            dialect=dialect, image=image, run_id=run_id, attempt=i)
@@ -169,9 +169,12 @@ def run_policy_episode(
     dialect: str | None = None,
     image: str | None = None,
     max_steps: int = 30,
+    run_id: str | None = None,
+    attempt: int = 0,
 ) -> EpisodeRecord:
-    """One attempt with an in-process policy, as a ModelCallEnv episode. A policy that raises
-    fails its attempt as the model would (`upstream`), never the rollout."""
+    """One attempt with an in-process policy, as a ModelCallEnv episode (its row carrying
+    `run_id` and `attempt`). A policy that raises fails its attempt as the model would
+    (`upstream`), never the rollout."""
     from pomona.gym.model_call_env import ModelCallEnv
 
     link = ProxyLink.of(proxy)
@@ -179,7 +182,7 @@ def run_policy_episode(
                        state_dir=state_dir, image=image, proxy=link.server, max_steps=max_steps,
                        harness_timeout=timeout)
     try:
-        obs, info = env.reset(options={"task": task})
+        obs, info = env.reset(options={"task": task, "run": run_id, "attempt": attempt})
         ended = bool(info.get("done"))
         truncated = False
         while not ended:
@@ -191,10 +194,10 @@ def run_policy_episode(
                 message = f"the policy raised {type(e).__name__}: {e}"
                 link.close_episode(info["episode"], failure_kind="upstream", failure_message=message)
                 return EpisodeRecord(info["episode"], task.id, task.benchmark, harness, "policy",
-                                     failure_kind="upstream", failure_message=message)
+                                     attempt, failure_kind="upstream", failure_message=message)
             obs, _, terminated, truncated, info = env.step(action)
             ended = terminated or truncated
-        record = EpisodeRecord(**info["record"])
+        record = EpisodeRecord(**{**info["record"], "attempt": attempt})
         if truncated and record.failure_kind == "none":
             record.failure_message = "truncated: the step budget ran out"
         return record

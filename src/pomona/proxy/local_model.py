@@ -3,10 +3,12 @@ with token ids and logprobs in the fields vLLM uses, so episodes give token-leve
 
     model_list:
       - model_name: tiny
-        litellm_params: {model: transformers//path/to/hf-model-dir}
+        litellm_params: {model: transformers//path/to/hf-model-dir, temperature: 0, max_tokens: 96}
 
-The proxy starts one in-process server per model directory the first time a route names it and
-reaches it like any vLLM upstream (same-dialect pass-through; other dialects through LiteLLM).
+The proxy starts one in-process server per route the first time it is used (routes to one
+directory share the weights) and reaches it like any vLLM upstream (same-dialect pass-through;
+other dialects through LiteLLM). The route's `temperature` and `max_tokens` are the defaults for
+requests that name none, and `max_tokens` caps every reply (see LocalModel).
 Standalone: `LocalModelServer(LocalModel(path)).start()`, then a `hosted_vllm/` route to its URL.
 
 The reply: the request's messages and tools rendered by the model's own chat template (that is
@@ -18,6 +20,7 @@ blocks become `tool_calls`, a leading `<think>...</think>` becomes `reasoning_co
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import threading
@@ -157,6 +160,22 @@ class LocalModel:
         self.temperature = temperature  # for requests that name none (OpenAI's default is 1)
         self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
         self._lock = threading.Lock()
+
+    def variant(
+        self,
+        *,
+        name: str | None = None,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+    ) -> LocalModel:
+        """The same weights (and the same one-at-a-time lock) under other defaults."""
+        other = copy.copy(self)
+        other.name = name or self.name
+        if temperature is not None:
+            other.temperature = float(temperature)
+        if max_new_tokens is not None:
+            other.max_new_tokens = int(max_new_tokens)
+        return other
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         rendered = self.tokenizer.apply_chat_template(
@@ -333,20 +352,34 @@ class LocalModelServer(AppServer):
         super().__init__(create_app(model), host=host, port=port)
 
 
-_served: dict[str, Any] = {}
+_DEFAULTS = ("temperature", "max_tokens")  # route params that become the server's defaults
+_models: dict[str, LocalModel] = {}
+_served: dict[tuple[str, str, float | None, int | None], LocalModelServer] = {}
 _served_lock = threading.Lock()
 
 
 def served_route(route: Any) -> Any:
     """For a `transformers/<model dir>` route: the equivalent vLLM route to this process's
-    server for that directory, started on first use and kept for the process's lifetime."""
+    server for that directory, started on first use and kept for the process's lifetime.
+
+    The route's `temperature` and `max_tokens` are that server's defaults for requests naming
+    none (`max_tokens` also caps every reply), so routes to one directory can differ (greedy
+    and sampled) while sharing one copy of the weights."""
     from pomona.proxy.config import ModelRoute
 
     path = str(Path(route.upstream_model).expanduser().resolve())
+    temperature, max_tokens = (route.params.get(k) for k in _DEFAULTS)
+    key = (path, route.name, temperature, max_tokens)
     with _served_lock:
-        if path not in _served:
-            _served[path] = LocalModelServer(LocalModel(path, name=route.name)).start()
-        server = _served[path]
-    params = {**route.params, "model": f"hosted_vllm/{route.name}", "api_base": f"{server.url}/v1"}
+        if key not in _served:
+            if path not in _models:
+                _models[path] = LocalModel(path)
+            model = _models[path].variant(
+                name=route.name, temperature=temperature, max_new_tokens=max_tokens
+            )
+            _served[key] = LocalModelServer(model).start()
+        server = _served[key]
+    params = {k: v for k, v in route.params.items() if k not in _DEFAULTS}
+    params.update(model=f"hosted_vllm/{route.name}", api_base=f"{server.url}/v1")
     params.setdefault("api_key", "local")
     return ModelRoute(route.name, params, frozenset({"chat"}), True)

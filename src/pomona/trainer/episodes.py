@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pomona import trajectories
+from pomona.proxy import sse
 from pomona.proxy.dialects import DIALECTS
 from pomona.proxy.local_model import from_neutral, template_messages, template_tools
 from pomona.proxy.replay import response_message
@@ -31,7 +32,7 @@ class Turn:
     with the token ids and logprobs the upstream returned (None when it returned none)."""
 
     sequence: int
-    dialect: str
+    dialect: str  # of the conversation the model saw: the upstream's wire, else the caller's
     messages: list[Message]
     tools: list[dict[str, Any]]
     reply: Message
@@ -90,21 +91,48 @@ def reply_message(dialect: str, response: dict[str, Any]) -> Message:
     return template_messages(DIALECTS["chat"], {"messages": [message]})[0]
 
 
-def turn_of(row: dict[str, Any]) -> Turn | None:
-    """The turn a recorded main call amounts to; None when its bodies cannot be read."""
+def _json(text: str | None) -> Any:
     try:
-        request, response = json.loads(row["request"]), json.loads(row["response"])
-    except (TypeError, ValueError):
+        return json.loads(text) if text else None
+    except ValueError:
         return None
+
+
+def model_view(row: dict[str, Any]) -> tuple[str, Any, Any]:
+    """A call's dialect, request and response as the model saw them: the upstream's own when the
+    proxy reached one, else the client's. They differ when the proxy translated the call (an
+    Anthropic or Responses caller of a chat upstream): the token ids come from the upstream's
+    answer, so the conversation they belong to is the one sent upstream (LiteLLM's rewriting
+    of tool schemas and messages included), not the one the harness sent."""
+    dialect = row.get("upstream_dialect")
+    request = _json(row.get("upstream_request"))
+    text = row.get("upstream_response")
+    if dialect in DIALECTS and isinstance(request, dict) and text:
+        headers = _json(row.get("upstream_response_headers")) or {}
+        kind = next((str(v) for k, v in headers.items() if k.lower() == "content-type"), "")
+        if "text/event-stream" in kind:
+            frames, _ = sse.Parser().feed(text.encode() + b"\n\n")
+            response = DIALECTS[dialect].assemble(frames)
+        else:
+            response = _json(text)
+        if isinstance(response, dict):
+            return dialect, request, response
+    return row["dialect"], _json(row.get("request")), _json(row.get("response"))
+
+
+def turn_of(row: dict[str, Any]) -> Turn | None:
+    """The turn a recorded main call amounts to (as the model saw it); None when its bodies
+    cannot be read."""
+    dialect, request, response = model_view(row)
     if not isinstance(request, dict) or not isinstance(response, dict):
         return None
-    d = DIALECTS[row["dialect"]]
+    d = DIALECTS[dialect]
     return Turn(
         sequence=row["sequence"],
-        dialect=row["dialect"],
+        dialect=dialect,
         messages=template_messages(d, request),
         tools=template_tools(d, request),
-        reply=reply_message(row["dialect"], response),
+        reply=reply_message(dialect, response),
         prompt_ids=row.get("prompt_token_ids"),
         completion_ids=row.get("completion_token_ids"),
         logprobs=row.get("completion_logprobs"),

@@ -136,7 +136,7 @@ def policy_gradient_step(
     loss = torch.zeros(())
     for ids, mask, advantage in samples:
         lp = sequence_logprob(model, ids, mask)
-        before.append(float(lp))
+        before.append(float(lp.detach()))
         loss = loss - advantage * lp
     (loss / max(len(samples), 1)).backward()
     optimizer.step()
