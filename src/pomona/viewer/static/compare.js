@@ -6,7 +6,7 @@ const b = params.get("b") || "";
 
 function column(data, key) {
   const ep = data.episode;
-  const name = ep ? `${ep.harness} · ${ep.model}` : key;
+  const name = ep ? `${ep.harness} · ${ep.model} · attempt ${(ep.attempt ?? 0) + 1} · ${ep.status}` : key;
   return el("section", { "aria-label": `episode ${key}` },
     el("h2", {}, link("/episode", { key }, name)),
     episodeFacts(ep, key),
