@@ -218,6 +218,19 @@ def test_closing_the_episode_releases_a_held_call(proxy, runs):
     assert policy.next_call(timeout=0.1) is None  # closed: readers wake up at once
 
 
+def test_a_harness_that_hangs_up_withdraws_its_held_call(proxy, runs):
+    ep = proxy.open_episode(model="policy")
+    client = openai.OpenAI(base_url=ep["base_url"], api_key="sk-x", max_retries=0, timeout=1.0)
+    with pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], tools=[CHAT_BASH]
+        )
+    (row,) = calls(runs, 1)
+    assert (row["status"], row["upstream"]) == ("incomplete", "policy")
+    late = httpx.post(f"{proxy.url}/episodes/{ep['key']}/calls/0/reply", json={"text": "late"})
+    assert late.status_code == 409 and late.json()["error"]["code"] == "call_expired"
+
+
 def test_policy_over_http(proxy, runs):
     """A remote trainer drives the episode through the proxy's REST routes."""
     with httpx.Client(base_url=proxy.url) as http:
