@@ -2,38 +2,50 @@
 and nothing else. Each says what went wrong and what to do about it.
 
     PomonaError
-    ├── InvalidRequest (ValueError)       malformed input: a limit, path, id, mode, size
-    │   └── PathOutsideSandbox            a path (or a link on its way) tries to leave the sandbox
-    ├── NotFound (LookupError)            no such thing, or not the caller's
-    │   ├── SandboxNotFound
-    │   ├── SnapshotNotFound
-    │   ├── JobNotFound
-    │   ├── ImageNotFound
-    │   └── FileNotFoundInSandbox (FileNotFoundError)
-    ├── SandboxConflict                   an id reused with another spec, a snapshot in use
-    ├── JobCancelled                      the job was cancelled before it finished
-    ├── AuthenticationRequired            no API key
-    ├── PermissionDenied                  a key the service does not know, or not allowed this
-    │   └── SourceNotAllowed              a host path or image source the operator did not allow
-    ├── TooLarge                          a body, file or archive over a limit
-    ├── WaitTimedOut                      a server-side wait expired; the work itself goes on
-    ├── Overloaded                        admission control turned the request away: retry
-    ├── StoreUnavailable                  the service's state store is away: retry
-    ├── ServiceUnreachable                the SDK cannot reach the service, or lost its answer
-    ├── RuntimeUnavailable                the runtime cannot work on this machine
-    ├── SandboxFailed                     the sandbox died or could not start
-    ├── InstallError (RuntimeError)       pomona.harnesses.payload: an install step failed
+    ├── SandboxError                      the sandbox layer: SDK, service and runtimes
+    │   ├── InvalidRequest (ValueError)   malformed input: a limit, path, id, mode, size
+    │   │   └── PathOutsideSandbox        a path (or a link on its way) tries to leave the sandbox
+    │   ├── NotFound (LookupError)        no such thing, or not the caller's
+    │   │   ├── SandboxNotFound, SnapshotNotFound, JobNotFound, ImageNotFound
+    │   │   └── FileNotFoundInSandbox (FileNotFoundError)
+    │   ├── SandboxConflict               an id reused with another spec, a snapshot in use
+    │   ├── JobCancelled                  the job was cancelled before it finished
+    │   ├── AuthenticationRequired        no API key
+    │   ├── PermissionDenied              a key the service does not know, or not allowed this
+    │   │   └── SourceNotAllowed          a host path or image source the operator did not allow
+    │   ├── TooLarge                      a body, file or archive over a limit
+    │   ├── WaitTimedOut                  a server-side wait expired; the work itself goes on
+    │   ├── Overloaded                    admission control turned the request away: retry
+    │   ├── StoreUnavailable              the service's state store is away: retry
+    │   ├── ServiceUnreachable            the SDK cannot reach the service, or lost its answer
+    │   ├── RuntimeUnavailable            the runtime cannot work on this machine
+    │   └── SandboxFailed                 the sandbox died or could not start
+    │
+    │   (the rest live beside the code that raises them)
+    ├── InstallError (RuntimeError)       harnesses.payload: an install step failed
     │   └── Unavailable                   the harness cannot be installed on this machine
-    ├── VerifierError (RuntimeError)      pomona.benchmarks.task: no trustworthy verdict
-    └── ProxyError                        pomona.proxy.errors: answered in the caller's dialect
+    ├── McpUnsupported (ValueError)       harnesses.mcp: the harness has no MCP client to configure
+    ├── AgentFailure (RuntimeError)       harnesses.webvoyager: the model was unreachable or failed
+    ├── VerifierError (RuntimeError)      benchmarks.task: no trustworthy verdict (never a 0)
+    │   └── ServiceDown                   benchmarks.claw.runtime: a task's mock services died
+    ├── MissingDistribution (LookupError) benchmarks.pytools: a test dependency Pomona lacks
+    ├── HarnessFailure (RuntimeError)     benchmarks.browser.runner: no usable answer
+    ├── BrowserInfraError (RuntimeError)  browser_env.errors: the browser failed under the agent
+    │   └── BrowserCrashed, PageHung
+    ├── ActionError (ValueError)          browser_env.errors: an action that does not parse
+    │   └── NavigationFailed
+    ├── ImageBuildError (RuntimeError)    browser_env.image: a step of the image build failed
+    ├── ArtifactRefused                   viewer.artifacts: not a file the viewer may serve
+    └── ProxyError                        proxy.errors: answered in the caller's own dialect
         ├── BadRequest ...                the request cannot be served as sent (4xx)
         ├── ClientGone                    the client hung up before its answer
         └── UpstreamError                 the upstream (or the policy) failed
 
-The sandbox layer's errors live here; the harness, benchmark and proxy subtrees live beside the
-code that raises them and derive from the classes above. Constructors are plain (one message),
-so an error that crossed the REST API is rebuilt as its own class by `error_named`. How each
-maps to an HTTP status is the service's business (pomona.orchestrator.server.errors).
+The sandbox layer's errors live here (the SDK, the service and every runtime raise them, and
+`except SandboxError` around sandbox work means "the sandbox failed us", apart from a verifier's
+or a harness's failure). Constructors are plain (one message), so an error that crossed the REST API is
+rebuilt as its own class by `error_named`. How each maps to an HTTP status is the service's
+business (pomona.orchestrator.server.errors).
 """
 
 from __future__ import annotations
@@ -46,7 +58,11 @@ class PomonaError(Exception):
     """Base of every error Pomona raises on purpose."""
 
 
-class InvalidRequest(PomonaError, ValueError):
+class SandboxError(PomonaError):
+    """Base of what the sandbox layer raises: the SDK, the service, the runtimes."""
+
+
+class InvalidRequest(SandboxError, ValueError):
     """The caller asked for something malformed (bad limit, bad path, bad mode)."""
 
 
@@ -54,7 +70,7 @@ class PathOutsideSandbox(InvalidRequest):
     """A path (or a symlink on the way to it) tried to leave the sandbox's root."""
 
 
-class NotFound(PomonaError, LookupError):
+class NotFound(SandboxError, LookupError):
     """No such thing; for the service, also "not yours" (it never says which)."""
 
 
@@ -73,8 +89,10 @@ class SnapshotNotFound(NotFound):
 class JobNotFound(NotFound):
     @classmethod
     def of(cls, job_id: str) -> JobNotFound:
-        return cls(f"no job with id {job_id!r} (finished jobs are kept 1 h, and 10 min after "
-                   "their sandbox is deleted)")
+        return cls(
+            f"no job with id {job_id!r} (finished jobs are kept 1 h, and 10 min after "
+            "their sandbox is deleted)"
+        )
 
 
 class ImageNotFound(NotFound):
@@ -85,19 +103,19 @@ class FileNotFoundInSandbox(NotFound, FileNotFoundError):
     """A path that does not exist inside the sandbox."""
 
 
-class SandboxConflict(PomonaError):
+class SandboxConflict(SandboxError):
     """A create reused an id with a different spec, or the sandbox is in the wrong state."""
 
 
-class JobCancelled(PomonaError):
+class JobCancelled(SandboxError):
     """The job was cancelled before it finished."""
 
 
-class AuthenticationRequired(PomonaError):
+class AuthenticationRequired(SandboxError):
     """The service needs an API key and none came."""
 
 
-class PermissionDenied(PomonaError):
+class PermissionDenied(SandboxError):
     """The key is unknown, or the caller may not do this."""
 
 
@@ -106,11 +124,11 @@ class SourceNotAllowed(PermissionDenied):
     whether the path or host exists)."""
 
 
-class TooLarge(PomonaError):
+class TooLarge(SandboxError):
     """A request body, file or archive over its limit."""
 
 
-class WaitTimedOut(PomonaError):
+class WaitTimedOut(SandboxError):
     """A server-side wait expired; the operation itself goes on. `job_id` names the job."""
 
     def __init__(self, message: str, *, job_id: str | None = None):
@@ -118,36 +136,36 @@ class WaitTimedOut(PomonaError):
         self.job_id = job_id
 
 
-class Overloaded(PomonaError):
+class Overloaded(SandboxError):
     """Admission control turned the request away before anything ran: retry later."""
 
 
-class StoreUnavailable(PomonaError):
+class StoreUnavailable(SandboxError):
     """The service's state store is unreachable: retry shortly."""
 
 
-class ServiceUnreachable(PomonaError):
+class ServiceUnreachable(SandboxError):
     """The SDK could not reach the service (or lost the answer of a call it may not repeat)."""
 
 
-class RuntimeUnavailable(PomonaError):
+class RuntimeUnavailable(SandboxError):
     """The runtime cannot work on this machine (missing binary, no engine running, ...)."""
 
 
-class SandboxFailed(PomonaError):
+class SandboxFailed(SandboxError):
     """The sandbox died or could not start; its message carries the runtime's own words."""
 
 
 def error_named(name: str | None, message: str) -> PomonaError:
     """The error a name stands for (the `error` of a service's error body, a job's error type),
-    as its own class with `message`; a name this version does not know becomes a PomonaError
+    as its own class with `message`; a name this version does not know becomes a SandboxError
     subclass of that name, so it still shows."""
-    return _class_named(name or "PomonaError")(message)
+    return _class_named(name or "SandboxError")(message)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def _class_named(name: str) -> type[PomonaError]:
     found = getattr(sys.modules[__name__], name, None)
     if isinstance(found, type) and issubclass(found, PomonaError):
         return found
-    return type(name, (PomonaError,), {"__module__": __name__})
+    return type(name, (SandboxError,), {"__module__": __name__})

@@ -23,11 +23,13 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
+from pomona.errors import PomonaError
+
 DEFAULT = ("pytest",)
 _SITE = "python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'"
 
 
-class MissingDistribution(LookupError):
+class MissingDistribution(PomonaError, LookupError):
     """A task declares a test dependency Pomona's own environment does not have."""
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from pomona.errors import PomonaError
 from pomona.harnesses.mcp import McpServer
 from pomona.orchestrator.sdk.client import Sandbox
 
@@ -24,7 +25,7 @@ class Score(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-class VerifierError(RuntimeError):
+class VerifierError(PomonaError, RuntimeError):
     """A scorer could not reach a trustworthy verdict (grading sandbox lost, no reward file):
     the episode is a `verifier` failure, never a reward of 0."""
 

@@ -8,8 +8,10 @@ is only reported back in the next observation.
 
 from __future__ import annotations
 
+from pomona.errors import PomonaError
 
-class BrowserInfraError(RuntimeError):
+
+class BrowserInfraError(PomonaError, RuntimeError):
     """The browser environment failed under the agent; `kind` goes to `episodes.failure_kind`."""
 
     kind = "sandbox"
@@ -28,7 +30,7 @@ class PageHung(BrowserInfraError):
     kind = "timeout"
 
 
-class ActionError(ValueError):
+class ActionError(PomonaError, ValueError):
     """An action that does not parse or names no element on the page; the message says what a
     well-formed action looks like."""
 

@@ -18,6 +18,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pomona.errors import PomonaError
+
 IMAGE = "pomona/browser:bookworm"
 CACHE = Path("/var/cache/pomona/images")
 # dbus-x11: debootstrap's --include takes no alternatives, and Chromium's dconf needs a provider
@@ -26,7 +28,7 @@ PACKAGES = ("chromium", "python3", "procps", "fonts-dejavu-core", "dbus-x11")
 SUITE = "bookworm"
 
 
-class ImageBuildError(RuntimeError):
+class ImageBuildError(PomonaError, RuntimeError):
     """A step of the build failed; the message says which and why."""
 
 

@@ -33,7 +33,7 @@ from pomona.browser_env.errors import (
     NavigationFailed,
     PageHung,
 )
-from pomona.errors import PomonaError
+from pomona.errors import SandboxError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 from pomona.orchestrator.types import Mount
 
@@ -176,7 +176,7 @@ class BrowserSession:
             self._pw = self._driver.acquire()
             self._browser = self._pw.chromium.connect_over_cdp(ws, timeout=o.page_timeout * 1000)
             self.new_page()
-        except PomonaError as e:
+        except SandboxError as e:
             self.close()
             raise BrowserCrashed(f"the browser's sandbox failed: {e}") from e
         except BaseException:
@@ -212,7 +212,7 @@ class BrowserSession:
             self.chromium.close()
             self.chromium = None
         if self.sandbox is not None:
-            with contextlib.suppress(PomonaError):
+            with contextlib.suppress(SandboxError):
                 self.sandbox.delete()
             self.sandbox = None
 
@@ -241,7 +241,7 @@ class BrowserSession:
             raise
         except _playwright_error() as e:
             raise self._typed(e, doing) from e
-        except PomonaError as e:
+        except SandboxError as e:
             raise BrowserCrashed(f"the browser's sandbox was lost while {doing}: {e}") from e
 
     # --- navigation --------------------------------------------------------------------------

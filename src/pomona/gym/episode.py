@@ -20,7 +20,7 @@ import numpy as np
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Score, Task
-from pomona.errors import PomonaError
+from pomona.errors import SandboxError
 from pomona.harnesses import payload
 from pomona.harnesses.base import Harness
 from pomona.harnesses.proxy_link import ProxyLink
@@ -145,7 +145,7 @@ def start_sandbox(
 
 def delete_sandbox(sandbox: Sandbox | None) -> None:
     if sandbox is not None:
-        with contextlib.suppress(PomonaError):
+        with contextlib.suppress(SandboxError):
             sandbox.delete()
 
 
@@ -154,7 +154,7 @@ def score(task: Task, sandbox: Sandbox, run: HarnessResult | None = None,
     """The task's verdict, or why there is none (`sandbox` lost, `verifier` broken)."""
     try:
         return task.evaluate(sandbox, run=run, proxy=proxy), "none", None
-    except PomonaError as e:
+    except SandboxError as e:
         return None, "sandbox", f"the sandbox was lost before scoring: {e}"
     except Exception as e:  # noqa: BLE001 - a broken verifier is data, not a crash
         return None, "verifier", f"the scorer failed: {e!r}"
@@ -203,7 +203,7 @@ def sandbox_lost(sandbox: Sandbox | None) -> bool:
         return False
     try:
         sandbox.refresh()
-    except PomonaError:
+    except SandboxError:
         return True
     return False
 
@@ -211,7 +211,7 @@ def sandbox_lost(sandbox: Sandbox | None) -> bool:
 def failure_of(error: BaseException, sandbox: Sandbox | None = None) -> tuple[str, str]:
     """The failure kind of an exception raised while running an episode: a sandbox that
     vanished under the harness shows up as odd harness errors, so its loss is checked first."""
-    if isinstance(error, PomonaError) or sandbox_lost(sandbox):
+    if isinstance(error, SandboxError) or sandbox_lost(sandbox):
         return "sandbox", f"the sandbox was lost: {type(error).__name__}: {error}"
     return "harness", f"{type(error).__name__}: {error}"
 

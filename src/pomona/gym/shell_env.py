@@ -25,7 +25,7 @@ from gymnasium import spaces
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task
-from pomona.errors import PomonaError
+from pomona.errors import SandboxError
 from pomona.gym.sandboxes import shared_client
 
 SUBMIT = "submit"
@@ -96,7 +96,7 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
         self.steps += 1
         try:
             result = self.sandbox.exec(action, timeout=self.step_timeout)
-        except PomonaError as e:
+        except SandboxError as e:
             return self._fail("sandbox", str(e))
         output = result.stdout + result.stderr
         if result.timed_out:
@@ -121,7 +121,7 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
 
     def _release(self) -> None:
         if self.sandbox is not None:
-            with contextlib.suppress(PomonaError):
+            with contextlib.suppress(SandboxError):
                 self.sandbox.delete()
             self.sandbox = None
 

@@ -24,10 +24,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pomona.errors import PomonaError
+
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 
 
-class McpUnsupported(ValueError):
+class McpUnsupported(PomonaError, ValueError):
     """The harness has no MCP client Pomona can configure."""
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pomona import progress
+from pomona.errors import PomonaError
 from pomona.harnesses.base import BinaryInstall, Harness, NpmInstall, PypiInstall
 
 DEFAULT_ROOT = Path(os.environ.get("POMONA_TOOLS_DIR", "/var/cache/pomona/tools"))
@@ -49,7 +50,7 @@ _UNSET = (
 _FIND_ROOT = 'T=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd -P)'
 
 
-class InstallError(RuntimeError):
+class InstallError(PomonaError, RuntimeError):
     """An install step failed; the message says which and why."""
 
 

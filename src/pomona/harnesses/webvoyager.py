@@ -21,6 +21,7 @@ import httpx
 from pomona.browser_env import actions
 from pomona.browser_env.errors import ActionError
 from pomona.browser_env.session import BrowserSession, Observation
+from pomona.errors import PomonaError
 from pomona.harnesses.base import API_KEY
 
 NAME = "webvoyager"
@@ -61,7 +62,7 @@ ACTION_FAILED = "The action could not be carried out: {error}. "
 OMITTED = "[screenshot omitted: only the last {n} are kept]"
 
 
-class AgentFailure(RuntimeError):
+class AgentFailure(PomonaError, RuntimeError):
     """The model could not be reached or answered with an error: `kind` is `proxy` or `upstream`."""
 
     def __init__(self, kind: str, message: str):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pomona.benchmarks.task import Task
-from pomona.errors import PomonaError
+from pomona.errors import SandboxError
 from pomona.trainer.episodes import Episode
 
 SUBMIT = "submit"
@@ -167,7 +167,7 @@ def _continue(sandbox: Any, task: Task, history: list[dict[str, Any]], policy: S
                 {"command": command, "output": r.stdout + r.stderr, "exit_code": r.exit_code}
             )
         return task.evaluate(sandbox).reward
-    except PomonaError:
+    except SandboxError:
         return None  # the branch's sandbox failed: not evidence about the state
 
 
@@ -202,7 +202,7 @@ def shell_values(
                 )
         final = task.evaluate(main).reward
     finally:
-        with contextlib.suppress(PomonaError):
+        with contextlib.suppress(SandboxError):
             main.delete()
 
     def branch(t: int) -> list[float | None]:
@@ -213,13 +213,13 @@ def shell_values(
                                                           max_steps, step_timeout), forks))  # fmt: skip
         finally:
             for sb in forks:
-                with contextlib.suppress(PomonaError):
+                with contextlib.suppress(SandboxError):
                     sb.delete()
 
     try:
         rewards = [branch(t) for t in range(len(actions))] + [[final]]
     finally:
         for snap in snapshots:
-            with contextlib.suppress(PomonaError):
+            with contextlib.suppress(SandboxError):
                 client.delete_snapshot(snap)
     return Values([_mean(r) for r in rewards], rewards, [None] * len(rewards))

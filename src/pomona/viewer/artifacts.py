@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from pomona.errors import PomonaError
+
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".gif": "image/gif", ".webp": "image/webp"}  # fmt: skip
 PREVIEW_BYTES = 256 * 1024
@@ -40,7 +42,7 @@ def kind_of(name: str) -> str:
     return "text"
 
 
-class ArtifactRefused(Exception):
+class ArtifactRefused(PomonaError, Exception):
     """The artifact is not a file this viewer may serve (outside the store, not a file...)."""
 
 

@@ -36,6 +36,7 @@ from pomona.browser_env.bridge import PYTHON_HARNESS, McpBridge
 from pomona.browser_env.errors import BrowserInfraError
 from pomona.browser_env.session import BrowserSession, SessionOptions
 from pomona.browser_env.tools import SERVER_NAME, tool_call_of
+from pomona.errors import PomonaError
 from pomona.gym.episode import (
     ORACLE,
     SCRIPTED,
@@ -172,7 +173,7 @@ def write_layouts(run: BrowserRun, task: Task, result: webvoyager.AgentResult) -
         )
 
 
-class HarnessFailure(RuntimeError):
+class HarnessFailure(PomonaError, RuntimeError):
     """The harness run ended without a usable answer; `kind` is the judged failure kind."""
 
     def __init__(self, kind: str, message: str):

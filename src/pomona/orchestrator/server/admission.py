@@ -22,14 +22,18 @@ class Admission:
             await self._slots.acquire()
             return
         if self.waiting >= self.queue:
-            raise Overloaded(f"{self.limit} {self.what}s are running and {self.waiting} are queued: "
-                             "retry after the Retry-After delay")
+            raise Overloaded(
+                f"{self.limit} {self.what}s are running and {self.waiting} are queued: "
+                "retry after the Retry-After delay"
+            )
         self.waiting += 1
         try:
             async with asyncio.timeout(self.max_wait):
                 await self._slots.acquire()
         except TimeoutError:
-            raise Overloaded(f"waited {self.max_wait:g} s for a free {self.what} slot; retry later") from None
+            raise Overloaded(
+                f"waited {self.max_wait:g} s for a free {self.what} slot; retry later"
+            ) from None
         finally:
             self.waiting -= 1
 

@@ -41,20 +41,33 @@ MAX_BODY = 512 * 2**20
 WORKERS = 64
 
 
-def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32,
-               max_execs: int = 512, queue: int = 2000, max_body: int = MAX_BODY,
-               policy: TenantPolicy | None = None) -> FastAPI:
+def create_app(
+    coordinator: Coordinator,
+    keys: KeyRing,
+    *,
+    max_creates: int = 32,
+    max_execs: int = 512,
+    queue: int = 2000,
+    max_body: int = MAX_BODY,
+    policy: TenantPolicy | None = None,
+) -> FastAPI:
     """The service over one coordinator: its routers, with their state in `app.state.service`.
     The lifespan starts and stops the coordinator."""
-    state = ServiceState(coordinator, keys, policy or TenantPolicy(),
-                         creates=Admission("create", max_creates, queue),
-                         execs=Admission("exec", max_execs, queue))
+    state = ServiceState(
+        coordinator,
+        keys,
+        policy or TenantPolicy(),
+        creates=Admission("create", max_creates, queue),
+        execs=Admission("exec", max_execs, queue),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # blocking work (files, builds) runs on threads: enough of them that one key's bounded
         # share (policy.file_ops_per_key) never takes them all (the default is cores + 4)
-        workers = ThreadPoolExecutor(max(WORKERS, 4 * state.policy.file_ops_per_key), "pomona-worker")
+        workers = ThreadPoolExecutor(
+            max(WORKERS, 4 * state.policy.file_ops_per_key), "pomona-worker"
+        )
         asyncio.get_running_loop().set_default_executor(workers)
         await coordinator.start()
         try:
@@ -62,8 +75,12 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
         finally:
             await coordinator.close()
 
-    app = FastAPI(title="Pomona sandbox service", version=probes.VERSION, lifespan=lifespan,
-                  description=__doc__)
+    app = FastAPI(
+        title="Pomona sandbox service",
+        version=probes.VERSION,
+        lifespan=lifespan,
+        description=__doc__,
+    )
     app.state.service = state
     add_handlers(app)
     for router in (probes, sandboxes, jobs, sessions, files, snapshots):
@@ -76,19 +93,29 @@ def create_app(coordinator: Coordinator, keys: KeyRing, *, max_creates: int = 32
 # -- running it -------------------------------------------------------------------------------
 
 
-def build(runtime: str = "local", state_dir: str = "/var/lib/pomona", redis_url: str | None = None,
-          api_keys: dict[str, str] | None = None, admins: set[str] | None = None,
-          timing: Timing | None = None, *, mount_sources: list[str] | None = None,
-          image_dirs: list[str] | None = None, registries: list[str] | None = None,
-          file_ops_per_key: int = FILE_OPS_PER_KEY, **app_options: Any) -> FastAPI:
+def build(
+    runtime: str = "local",
+    state_dir: str = "/var/lib/pomona",
+    redis_url: str | None = None,
+    api_keys: dict[str, str] | None = None,
+    admins: set[str] | None = None,
+    timing: Timing | None = None,
+    *,
+    mount_sources: list[str] | None = None,
+    image_dirs: list[str] | None = None,
+    registries: list[str] | None = None,
+    file_ops_per_key: int = FILE_OPS_PER_KEY,
+    **app_options: Any,
+) -> FastAPI:
     """The whole service from settings: runtime, store, coordinator, app. Tenants get host
     mounts under `mount_sources` only, images from `image_dirs` and `registries` only."""
     from pomona.orchestrator.runtimes import make_runtime
     from pomona.orchestrator.service import SandboxService
 
     sources = ImageSources.restricted(image_dirs, registries)
-    service = SandboxService(make_runtime(runtime, state_dir, sources=sources),
-                             reap_interval=10**9)  # the coordinator reaps
+    service = SandboxService(
+        make_runtime(runtime, state_dir, sources=sources), reap_interval=10**9
+    )  # the coordinator reaps
     coordinator = Coordinator(service, open_store(redis_url, state_dir), timing)
     ring = KeyRing(api_keys, frozenset(admins if admins is not None else {"admin"}))
     policy = TenantPolicy.of(mount_sources, file_ops_per_key)
@@ -101,20 +128,35 @@ def _loopback(host: str) -> bool:
     return host == "localhost"
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, runtime: str = "local",
-          state_dir: str = "/var/lib/pomona", redis_url: str | None = None, **options: Any) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    runtime: str = "local",
+    state_dir: str = "/var/lib/pomona",
+    redis_url: str | None = None,
+    **options: Any,
+) -> None:
     """Run until stopped. Keys come from POMONA_API_KEYS; without keys only loopback is served."""
     import uvicorn
 
     keys = parse_keys(os.environ.get("POMONA_API_KEYS")) or None
     if keys is None and not _loopback(host):
-        raise SystemExit(f"refusing to serve {host} without API keys: set POMONA_API_KEYS=name:key,...")
+        raise SystemExit(
+            f"refusing to serve {host} without API keys: set POMONA_API_KEYS=name:key,..."
+        )
     if keys is None:
         log.warning("no POMONA_API_KEYS: authentication is off (loopback only)")
     admins = set(os.environ.get("POMONA_ADMIN_KEYS", "admin").replace(",", " ").split())
     app = build(runtime, state_dir, redis_url, keys, admins, **options)
-    uvicorn.run(app, host=host, port=port, backlog=2048, timeout_keep_alive=120, log_level="warning",
-                ws_max_size=4 * 2**20)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        backlog=2048,
+        timeout_keep_alive=120,
+        log_level="warning",
+        ws_max_size=4 * 2**20,
+    )
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -122,29 +164,59 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p = subparsers.add_parser("serve", help="run the sandbox service (REST API)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--runtime", default="local", choices=["local", "docker", "podman", "kubernetes"])
+    p.add_argument(
+        "--runtime", default="local", choices=["local", "docker", "podman", "kubernetes"]
+    )
     p.add_argument("--state-dir", default="/var/lib/pomona", help="sandboxes and the SQLite store")
     p.add_argument("--redis", metavar="URL", help="share state with other replicas through Redis")
     p.add_argument("--max-creates", type=int, default=32, help="concurrent creates before queueing")
     p.add_argument("--max-execs", type=int, default=512, help="concurrent execs before queueing")
-    p.add_argument("--mount-source", action="append", default=[], metavar="DIR",
-                   help="a host directory tenants may mount from (repeatable; admins may mount any)")
-    p.add_argument("--image-dir", action="append", default=[], metavar="DIR",
-                   help="a directory image archives may be read from (repeatable)")
-    p.add_argument("--registry", action="append", default=[], metavar="HOST[:PORT]",
-                   help="a registry images may be pulled from (repeatable)")
-    p.add_argument("--max-file-ops-per-key", type=int, default=FILE_OPS_PER_KEY,
-                   help="concurrent file operations of one API key before 503")
+    p.add_argument(
+        "--mount-source",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a host directory tenants may mount from (repeatable; admins may mount any)",
+    )
+    p.add_argument(
+        "--image-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory image archives may be read from (repeatable)",
+    )
+    p.add_argument(
+        "--registry",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a registry images may be pulled from (repeatable)",
+    )
+    p.add_argument(
+        "--max-file-ops-per-key",
+        type=int,
+        default=FILE_OPS_PER_KEY,
+        help="concurrent file operations of one API key before 503",
+    )
     p.set_defaults(func=serve_command)
     return p
 
 
 def serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(args.host, args.port, args.runtime, args.state_dir, args.redis,
-          max_creates=args.max_creates, max_execs=args.max_execs, mount_sources=args.mount_source,
-          image_dirs=args.image_dir, registries=args.registry,
-          file_ops_per_key=args.max_file_ops_per_key)
+    serve(
+        args.host,
+        args.port,
+        args.runtime,
+        args.state_dir,
+        args.redis,
+        max_creates=args.max_creates,
+        max_execs=args.max_execs,
+        mount_sources=args.mount_source,
+        image_dirs=args.image_dir,
+        registries=args.registry,
+        file_ops_per_key=args.max_file_ops_per_key,
+    )
     return 0
 
 

@@ -158,7 +158,9 @@ class Coordinator:
             try:
                 current = await self.store.get_sandbox(record.id)
                 if current and current.status == "creating" and current.replica == record.replica:
-                    log.warning("removing %s: its creator replica %s died", record.id, record.replica)
+                    log.warning(
+                        "removing %s: its creator replica %s died", record.id, record.replica
+                    )
                     await self.service.delete(record.id)
                     await self.store.delete_sandbox(record.id)
             finally:
@@ -176,8 +178,12 @@ class Coordinator:
         self._ticks += 1
         await self.store.beat(self.replica, self.timing.replica_ttl)
         await self._start_unsure_jobs()
-        if await self.store.try_lock("maintenance", self.replica,
-                                     self.timing.maintenance_interval * 3) is not None:
+        if (
+            await self.store.try_lock(
+                "maintenance", self.replica, self.timing.maintenance_interval * 3
+            )
+            is not None
+        ):
             return  # another replica is the reaper this round
         await self.reap()
         if self._ticks % 5 == 1:
@@ -210,38 +216,59 @@ class Coordinator:
         return self._with_health([record], await self.service.runtime.list())[0]
 
     @staticmethod
-    def _with_health(records: list[SandboxRecord], running: list[SandboxInfo]) -> list[SandboxRecord]:
+    def _with_health(
+        records: list[SandboxRecord], running: list[SandboxInfo]
+    ) -> list[SandboxRecord]:
         """A sandbox whose init died is `failed`, whatever its lease says (never `ready`)."""
         failed = {i.id for i in running if i.status == "failed"}
         return [r.model_copy(update={"status": "failed"}) if r.id in failed else r for r in records]
 
-    async def create(self, who: Principal, spec: SandboxSpec, sandbox_id: str | None = None,
-                     snapshot: SnapshotInfo | None = None) -> SandboxRecord:
+    async def create(
+        self,
+        who: Principal,
+        spec: SandboxSpec,
+        sandbox_id: str | None = None,
+        snapshot: SnapshotInfo | None = None,
+    ) -> SandboxRecord:
         """Idempotent on the id; runs to the end even if the caller goes away, so a retry finds it."""
         sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
         return await asyncio.shield(self._spawn(self._create(who, spec, sandbox_id, snapshot)))
 
-    async def _create(self, who: Principal, spec: SandboxSpec, sandbox_id: str,
-                      snapshot: SnapshotInfo | None) -> SandboxRecord:
+    async def _create(
+        self, who: Principal, spec: SandboxSpec, sandbox_id: str, snapshot: SnapshotInfo | None
+    ) -> SandboxRecord:
         now = time.time()
-        lease = SandboxRecord(id=sandbox_id, owner=who.name, spec=spec, replica=self.replica,
-                              runtime=self.service.runtime.name, created_at=now, heartbeat_at=now,
-                              snapshot=snapshot.id if snapshot else None)
+        lease = SandboxRecord(
+            id=sandbox_id,
+            owner=who.name,
+            spec=spec,
+            replica=self.replica,
+            runtime=self.service.runtime.name,
+            created_at=now,
+            heartbeat_at=now,
+            snapshot=snapshot.id if snapshot else None,
+        )
         try:
             async with asyncio.timeout(self.timing.create_wait):
                 while (existing := await self.store.claim_sandbox(lease)) is not None:
                     if not who.owns(existing.owner):
-                        raise SandboxConflict(f"sandbox id {sandbox_id!r} is taken; pick another id")
+                        raise SandboxConflict(
+                            f"sandbox id {sandbox_id!r} is taken; pick another id"
+                        )
                     if existing.spec != spec:
-                        raise SandboxConflict(f"sandbox {sandbox_id!r} exists with a different "
-                                              "spec; pick another id or delete it first")
+                        raise SandboxConflict(
+                            f"sandbox {sandbox_id!r} exists with a different "
+                            "spec; pick another id or delete it first"
+                        )
                     if existing.status == "ready":
                         await self._sync(existing)
                         return existing
                     await self._recover_creating(existing)  # its creator died: the next claim wins
                     await asyncio.sleep(0.02)
         except TimeoutError:
-            raise SandboxConflict(f"sandbox {sandbox_id!r} is still being created elsewhere") from None
+            raise SandboxConflict(
+                f"sandbox {sandbox_id!r} is still being created elsewhere"
+            ) from None
         try:
             await self._forget(sandbox_id)
             info = await self.service.create(spec, sandbox_id, snapshot)
@@ -250,8 +277,9 @@ class Coordinator:
                 await self.service.delete(sandbox_id)
             await self.store.delete_sandbox(sandbox_id)
             raise
-        lease = lease.model_copy(update={"status": "ready", "runtime": info.runtime,
-                                         "heartbeat_at": time.time()})
+        lease = lease.model_copy(
+            update={"status": "ready", "runtime": info.runtime, "heartbeat_at": time.time()}
+        )
         await self.store.put_sandbox(lease)
         self._synced[sandbox_id] = lease.created_at
         return lease
@@ -267,17 +295,23 @@ class Coordinator:
             async with asyncio.timeout(timeout):
                 while (record := await self.sandbox(who, sandbox_id)).status != "ready":
                     if record.status == "failed":
-                        raise SandboxConflict(f"sandbox {sandbox_id!r} has failed (its init process "
-                                              "died); delete it")
+                        raise SandboxConflict(
+                            f"sandbox {sandbox_id!r} has failed (its init process died); delete it"
+                        )
                     await asyncio.sleep(0.05)
         except TimeoutError:
-            raise WaitTimedOut(f"sandbox {sandbox_id!r} was not ready within {timeout:g} s; "
-                               "it is still being created: wait again") from None
+            raise WaitTimedOut(
+                f"sandbox {sandbox_id!r} was not ready within {timeout:g} s; "
+                "it is still being created: wait again"
+            ) from None
         return record
 
     async def list(self, who: Principal, labels: dict[str, str]) -> list[SandboxRecord]:
-        mine = [r for r in await self.store.list_sandboxes()
-                if who.owns(r.owner) and all(r.spec.labels.get(k) == v for k, v in labels.items())]
+        mine = [
+            r
+            for r in await self.store.list_sandboxes()
+            if who.owns(r.owner) and all(r.spec.labels.get(k) == v for k, v in labels.items())
+        ]
         return self._with_health(mine, await self.service.runtime.list())
 
     async def heartbeat(self, sandbox: SandboxRecord) -> SandboxRecord:
@@ -307,8 +341,14 @@ class Coordinator:
         admin = Principal("reaper", admin=True)
         for sandbox_id in await self.store.expired(time.time()):
             record = await self.store.get_sandbox(sandbox_id)
-            if record and record.status == "ready" and await self.delete(admin, sandbox_id, reaped=True):
-                log.info("reaped %s (owner %s): no heartbeat within its TTL", sandbox_id, record.owner)
+            if (
+                record
+                and record.status == "ready"
+                and await self.delete(admin, sandbox_id, reaped=True)
+            ):
+                log.info(
+                    "reaped %s (owner %s): no heartbeat within its TTL", sandbox_id, record.owner
+                )
                 reaped.append(sandbox_id)
         return reaped
 
@@ -362,14 +402,25 @@ class Coordinator:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def submit(self, who: Principal, sandbox: SandboxRecord, request: ExecRequest,
-                     idempotency_key: str | None = None,
-                     on_finish: Callable[[], None] | None = None) -> tuple[JobRecord, bool]:
+    async def submit(
+        self,
+        who: Principal,
+        sandbox: SandboxRecord,
+        request: ExecRequest,
+        idempotency_key: str | None = None,
+        on_finish: Callable[[], None] | None = None,
+    ) -> tuple[JobRecord, bool]:
         """Start a job, or return the one already started under this key: (job, is_new).
         `on_finish` runs when a new job ends (the server frees its admission slot there)."""
         sandbox_id = sandbox.id
-        job = JobRecord(id=new_id("job"), sandbox_id=sandbox_id, owner=who.name,
-                        replica=self.replica, request=request, created_at=time.time())
+        job = JobRecord(
+            id=new_id("job"),
+            sandbox_id=sandbox_id,
+            owner=who.name,
+            replica=self.replica,
+            request=request,
+            created_at=time.time(),
+        )
         key = f"{who.name}:{sandbox_id}:{idempotency_key}" if idempotency_key else None
         try:
             stored = await self.store.add_job(job, key)
@@ -378,8 +429,10 @@ class Coordinator:
             raise
         if stored.id != job.id:
             if stored.request != request:
-                raise SandboxConflict(f"idempotency key {idempotency_key!r} was used for a different "
-                                      "command; use a new key per command")
+                raise SandboxConflict(
+                    f"idempotency key {idempotency_key!r} was used for a different "
+                    "command; use a new key per command"
+                )
             if not self._orphaned(stored):
                 return stored, False
             job = stored  # an earlier attempt stored it, then lost the store's answer: run it now
@@ -421,7 +474,11 @@ class Coordinator:
                         live.notify()
             job.status = "succeeded" if job.result and job.result.ok else "failed"
         except asyncio.CancelledError:
-            job.status, job.error, job.error_type = "cancelled", "the job was cancelled", "JobCancelled"
+            job.status, job.error, job.error_type = (
+                "cancelled",
+                "the job was cancelled",
+                "JobCancelled",
+            )
         except Exception as e:
             job.status, job.error = "failed", str(e) or type(e).__name__
             job.error_type = type(e).__name__ if isinstance(e, PomonaError) else "SandboxFailed"
@@ -463,8 +520,12 @@ class Coordinator:
             job = live.record
         else:
             job = await self.store.get_job(job_id)
-            if job and not job.done and job.replica != self.replica and \
-                    not await self.store.alive(job.replica):
+            if (
+                job
+                and not job.done
+                and job.replica != self.replica
+                and not await self.store.alive(job.replica)
+            ):
                 job = await self._lost(job)
         if job is None or not who.owns(job.owner):
             raise JobNotFound.of(job_id)
@@ -473,8 +534,10 @@ class Coordinator:
     async def _lost(self, job: JobRecord) -> JobRecord:
         job.status, job.completed_at = "failed", time.time()
         job.error_type = "SandboxFailed"
-        job.error = (f"job {job.id} was lost: the replica running it stopped mid-command. The "
-                     "command may have run partly; it was not re-run. Check the sandbox's state.")
+        job.error = (
+            f"job {job.id} was lost: the replica running it stopped mid-command. The "
+            "command may have run partly; it was not re-run. Check the sandbox's state."
+        )
         await self.store.put_job(job)
         return job
 
@@ -485,8 +548,11 @@ class Coordinator:
             async with asyncio.timeout(timeout):
                 job = await self._finished(who, job)
         if not job.done:
-            raise WaitTimedOut(f"job {job_id} is still {job.status} after {timeout:g} s; wait again "
-                               f"(GET /jobs/{job_id}/wait) or cancel it", job_id=job_id)
+            raise WaitTimedOut(
+                f"job {job_id} is still {job.status} after {timeout:g} s; wait again "
+                f"(GET /jobs/{job_id}/wait) or cancel it",
+                job_id=job_id,
+            )
         return job
 
     async def _finished(self, who: Principal, job: JobRecord) -> JobRecord:
@@ -539,22 +605,27 @@ class Coordinator:
 
     # -- operations that run commands: under the exec lock --------------------------------------
 
-    async def apply_patch(self, sandbox: SandboxRecord, patch: str, cwd: str | None,
-                          timeout: float) -> PatchResult:
+    async def apply_patch(
+        self, sandbox: SandboxRecord, patch: str, cwd: str | None, timeout: float
+    ) -> PatchResult:
         async with self.exec_lock(sandbox.id):
             return await self.service.apply_patch(sandbox.id, patch, cwd, timeout)
 
-    async def open_connection(self, sandbox: SandboxRecord, port: int
-                              ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open_connection(
+        self, sandbox: SandboxRecord, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await self.service.open_connection(sandbox.id, port)
 
-    async def open_pty(self, sandbox: SandboxRecord, request: ExecRequest, rows: int, cols: int) -> Pty:
+    async def open_pty(
+        self, sandbox: SandboxRecord, request: ExecRequest, rows: int, cols: int
+    ) -> Pty:
         return await self.service.open_pty(sandbox.id, request, rows, cols)
 
     # -- snapshot and fork --------------------------------------------------------------------
 
-    async def snapshot(self, who: Principal, sandbox: SandboxRecord, snapshot_id: str | None
-                       ) -> SnapshotInfo:
+    async def snapshot(
+        self, who: Principal, sandbox: SandboxRecord, snapshot_id: str | None
+    ) -> SnapshotInfo:
         sandbox_id = sandbox.id
         snapshot_id = check_id(snapshot_id or new_id("snap"), "snapshot id")
         try:
@@ -575,8 +646,11 @@ class Coordinator:
         return found
 
     async def list_snapshots(self, who: Principal) -> list[SnapshotInfo]:
-        return [s for s in await self.service.list_snapshots()
-                if who.owns(await self.store.snapshot_owner(s.id))]
+        return [
+            s
+            for s in await self.service.list_snapshots()
+            if who.owns(await self.store.snapshot_owner(s.id))
+        ]
 
     async def delete_snapshot(self, who: Principal, snapshot_id: str) -> bool:
         try:
@@ -587,16 +661,23 @@ class Coordinator:
         await self.store.set_snapshot_owner(snapshot_id, None)
         return deleted
 
-    async def fork(self, who: Principal, snapshot_id: str, k: int, labels: dict[str, str],
-                   ids: list[str] | None) -> list[SandboxRecord]:
+    async def fork(
+        self,
+        who: Principal,
+        snapshot_id: str,
+        k: int,
+        labels: dict[str, str],
+        ids: list[str] | None,
+    ) -> list[SandboxRecord]:
         """k sandboxes from one snapshot, each with its lease; all or nothing."""
         snapshot = await self._snapshot(who, snapshot_id)
         if ids is not None and len(ids) != k:
             raise SandboxConflict(f"fork got {len(ids)} sandbox ids for k={k}")
         spec = snapshot.spec.model_copy(update={"labels": {**snapshot.spec.labels, **labels}})
         ids = ids or [new_id() for _ in range(k)]
-        results = await asyncio.gather(*(self.create(who, spec, i, snapshot) for i in ids),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.create(who, spec, i, snapshot) for i in ids), return_exceptions=True
+        )
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             for r in results:

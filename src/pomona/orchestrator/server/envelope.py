@@ -23,8 +23,10 @@ class RequestEnvelope:
         scope.setdefault("state", {})["request_id"] = request_id
         header = (b"x-request-id", request_id.encode())
         length = dict(scope["headers"]).get(b"content-length")
-        too_large = f"the request body is over the {self.max_body} byte limit; send less (tar " \
-                    "uploads and raw files are cheaper than base64 JSON)"
+        too_large = (
+            f"the request body is over the {self.max_body} byte limit; send less (tar "
+            "uploads and raw files are cheaper than base64 JSON)"
+        )
         if length and length.isdigit() and int(length) > self.max_body:
             response = error_response(413, "TooLarge", too_large, request_id)
             response.headers["X-Request-ID"] = request_id

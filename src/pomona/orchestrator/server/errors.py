@@ -54,14 +54,23 @@ OS_ERRORS: dict[int, type[PomonaError]] = {
     errno.ENOSPC: TooLarge, errno.EDQUOT: TooLarge, errno.EFBIG: TooLarge,
 }  # fmt: skip
 HTTP_ERRORS: dict[int, type[PomonaError]] = {
-    401: AuthenticationRequired, 403: PermissionDenied, 404: NotFound, 413: TooLarge,
+    401: AuthenticationRequired,
+    403: PermissionDenied,
+    404: NotFound,
+    413: TooLarge,
 }
 RETRY_AFTER = "1"  # seconds, on every 503: the SDK waits this long (plus jitter) and retries
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text} for code, text in (
-        (401, "no X-API-Key"), (403, "unknown key"), (404, "unknown id (or not yours)"),
-        (409, "conflict"), (413, "too large"), (422, "invalid input"),
-        (503, "overloaded or store unreachable: retry after Retry-After"))
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (401, "no X-API-Key"),
+        (403, "unknown key"),
+        (404, "unknown id (or not yours)"),
+        (409, "conflict"),
+        (413, "too large"),
+        (422, "invalid input"),
+        (503, "overloaded or store unreachable: retry after Retry-After"),
+    )
 }  # the error answers every authenticated route documents
 
 
@@ -69,15 +78,17 @@ def status_of(error: PomonaError) -> int:
     return next((STATUS[c] for c in type(error).__mro__ if c in STATUS), 500)
 
 
-def error_response(status: int, name: str, detail: Any, request_id: str | None,
-                   job_id: str | None = None) -> JSONResponse:
+def error_response(
+    status: int, name: str, detail: Any, request_id: str | None, job_id: str | None = None
+) -> JSONResponse:
     body = ErrorBody(error=name, detail=detail, request_id=request_id, job_id=job_id)
     headers = {"Retry-After": RETRY_AFTER} if status == 503 else None
     return JSONResponse(body.model_dump(exclude_none=True), status, headers=headers)
 
 
-def _answer(request: Request, status: int, name: str, detail: Any, job_id: str | None = None
-            ) -> JSONResponse:
+def _answer(
+    request: Request, status: int, name: str, detail: Any, job_id: str | None = None
+) -> JSONResponse:
     return error_response(status, name, detail, request.state.request_id, job_id)
 
 
@@ -89,7 +100,9 @@ async def pomona_error(request: Request, e: Exception) -> JSONResponse:
 
 async def invalid_request(request: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, RequestValidationError)
-    problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+    )
     return await pomona_error(request, InvalidRequest(f"invalid request: {problems}"))
 
 
@@ -103,8 +116,10 @@ async def http_error(request: Request, e: Exception) -> JSONResponse:
 
 async def store_unreachable(request: Request, e: Exception) -> JSONResponse:
     log.warning("store unreachable: %s", e)
-    return await pomona_error(request, StoreUnavailable(
-        f"the state store is unreachable ({type(e).__name__}); retry shortly"))
+    return await pomona_error(
+        request,
+        StoreUnavailable(f"the state store is unreachable ({type(e).__name__}); retry shortly"),
+    )
 
 
 async def os_error(request: Request, e: Exception) -> JSONResponse:
@@ -128,8 +143,11 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     with contextlib.suppress(ImportError):
         import redis.exceptions
 
-        errors += [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                   redis.exceptions.BusyLoadingError]
+        errors += [
+            redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError,
+            redis.exceptions.BusyLoadingError,
+        ]
     return tuple(errors)
 
 

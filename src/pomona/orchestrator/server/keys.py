@@ -22,8 +22,9 @@ def parse_keys(text: str | None) -> dict[str, str]:
 class KeyRing:
     """Checks X-API-Key in constant time against every key; None disables auth (loopback only)."""
 
-    def __init__(self, keys: dict[str, str] | None,
-                 admins: set[str] | frozenset[str] = frozenset({"admin"})):
+    def __init__(
+        self, keys: dict[str, str] | None, admins: set[str] | frozenset[str] = frozenset({"admin"})
+    ):
         self.keys = {n: k.encode() for n, k in keys.items()} if keys is not None else None
         self.admins = admins
 

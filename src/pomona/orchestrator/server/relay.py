@@ -24,15 +24,24 @@ from pomona.orchestrator.server.coordinator import Coordinator, Principal
 from pomona.orchestrator.types import ExecRequest
 
 INIT_TIMEOUT = 10.0
-SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL, "INT": signal.SIGINT,
-           "HUP": signal.SIGHUP, "QUIT": signal.SIGQUIT}
+SIGNALS = {
+    "TERM": signal.SIGTERM,
+    "KILL": signal.SIGKILL,
+    "INT": signal.SIGINT,
+    "HUP": signal.SIGHUP,
+    "QUIT": signal.SIGQUIT,
+}
 Check = Callable[[str | None], Principal]
 
 
 async def _accept(websocket: WebSocket, check: Check) -> Principal | None:
     """Accept, then authenticate: a refusal is a close code the client can read."""
     key = websocket.headers.get("x-api-key")
-    offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    offered = [
+        p.strip()
+        for p in websocket.headers.get("sec-websocket-protocol", "").split(",")
+        if p.strip()
+    ]
     chosen = next((p for p in offered if p.startswith("api_key.")), None)
     if key is None and chosen:
         key = chosen.removeprefix("api_key.")
@@ -58,17 +67,24 @@ async def _fail(websocket: WebSocket, code: int, message: str) -> None:
         await websocket.close(code, message[:120])
 
 
-async def pty_session(websocket: WebSocket, check: Check, coord: Coordinator, sandbox_id: str) -> None:
+async def pty_session(
+    websocket: WebSocket, check: Check, coord: Coordinator, sandbox_id: str
+) -> None:
     who = await _accept(websocket, check)
     if who is None:
         return
     try:
         init = json.loads(await asyncio.wait_for(websocket.receive_text(), INIT_TIMEOUT))
         if not isinstance(init, dict) or init.get("type") != "init":
-            raise ValueError("the first frame must be {\"type\": \"init\", \"cmd\": [...]}")
-        request = ExecRequest(command=init.get("cmd") or "bash", cwd=init.get("cwd"),
-                              env=init.get("env") or {}, login_shell=bool(init.get("login_shell")),
-                              user=init.get("user"), timeout=None)
+            raise ValueError('the first frame must be {"type": "init", "cmd": [...]}')
+        request = ExecRequest(
+            command=init.get("cmd") or "bash",
+            cwd=init.get("cwd"),
+            env=init.get("env") or {},
+            login_shell=bool(init.get("login_shell")),
+            user=init.get("user"),
+            timeout=None,
+        )
         rows, cols = int(init.get("rows") or 24), int(init.get("cols") or 80)
     except TimeoutError:
         return await _fail(websocket, 4400, "init timeout")
@@ -83,7 +99,9 @@ async def pty_session(websocket: WebSocket, check: Check, coord: Coordinator, sa
     except PomonaError as e:
         return await _fail(websocket, 4500, str(e))
     try:
-        await websocket.send_json({"type": "ready", "pid": getattr(getattr(pty, "proc", None), "pid", 0)})
+        await websocket.send_json(
+            {"type": "ready", "pid": getattr(getattr(pty, "proc", None), "pid", 0)}
+        )
         output = asyncio.create_task(_pty_output(websocket, pty))
         commands = asyncio.create_task(_pty_input(websocket, pty))
         done, _ = await asyncio.wait({output, commands}, return_when=asyncio.FIRST_COMPLETED)
@@ -106,7 +124,9 @@ async def _pty_output(websocket: WebSocket, pty) -> None:
         code = await pty.wait(timeout=0.05)
         if code is not None:
             while data := await pty.read(timeout=0.05):  # what the terminal still holds
-                await websocket.send_json({"type": "stdout", "data": base64.b64encode(data).decode()})
+                await websocket.send_json(
+                    {"type": "stdout", "data": base64.b64encode(data).decode()}
+                )
             await websocket.send_json({"type": "exit", "code": code})
             return
 
@@ -127,11 +147,14 @@ async def _pty_input(websocket: WebSocket, pty) -> None:
         except WebSocketDisconnect:
             return
         except (ValueError, TypeError, KeyError, AttributeError) as e:
-            await websocket.send_json({"type": "error", "message": f"ignored a malformed frame: {e}"})
+            await websocket.send_json(
+                {"type": "error", "message": f"ignored a malformed frame: {e}"}
+            )
 
 
-async def tcp_tunnel(websocket: WebSocket, check: Check, coord: Coordinator, sandbox_id: str,
-                     port: int) -> None:
+async def tcp_tunnel(
+    websocket: WebSocket, check: Check, coord: Coordinator, sandbox_id: str, port: int
+) -> None:
     """A text frame {"type": "connected"}, then binary frames both ways (an empty one is a
     half-close); the socket closes when the sandbox side does."""
     who = await _accept(websocket, check)

@@ -49,9 +49,15 @@ class SandboxRecord(BaseModel):
         return None if self.spec.timeout is None else self.heartbeat_at + self.spec.timeout
 
     def info(self) -> SandboxInfo:
-        return SandboxInfo(id=self.id, runtime=self.runtime, status=self.status, spec=self.spec,
-                           created_at=self.created_at, expires_at=self.expires_at,
-                           snapshot=self.snapshot)
+        return SandboxInfo(
+            id=self.id,
+            runtime=self.runtime,
+            status=self.status,
+            spec=self.spec,
+            created_at=self.created_at,
+            expires_at=self.expires_at,
+            snapshot=self.snapshot,
+        )
 
 
 class JobRecord(BaseModel):
@@ -172,8 +178,9 @@ class SqliteStore(Store):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                  timeout=10)
+        self.db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=10
+        )
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes
         self.db.executescript(SCHEMA)
@@ -188,36 +195,50 @@ class SqliteStore(Store):
         self.db.close()
 
     async def claim_sandbox(self, record: SandboxRecord) -> SandboxRecord | None:
-        cur = self.db.execute("INSERT OR IGNORE INTO sandboxes VALUES (?, ?, ?, ?)",
-                              (record.id, record.owner, record.expires_at, record.model_dump_json()))
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO sandboxes VALUES (?, ?, ?, ?)",
+            (record.id, record.owner, record.expires_at, record.model_dump_json()),
+        )
         return None if cur.rowcount else await self.get_sandbox(record.id)
 
     async def put_sandbox(self, record: SandboxRecord) -> None:
-        self.db.execute("INSERT OR REPLACE INTO sandboxes VALUES (?, ?, ?, ?)",
-                        (record.id, record.owner, record.expires_at, record.model_dump_json()))
+        self.db.execute(
+            "INSERT OR REPLACE INTO sandboxes VALUES (?, ?, ?, ?)",
+            (record.id, record.owner, record.expires_at, record.model_dump_json()),
+        )
 
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         row = self._one("SELECT data FROM sandboxes WHERE id = ?", sandbox_id)
         return SandboxRecord.model_validate_json(row[0]) if row else None
 
     async def list_sandboxes(self) -> list[SandboxRecord]:
-        return [SandboxRecord.model_validate_json(r[0])
-                for r in self.db.execute("SELECT data FROM sandboxes ORDER BY id")]
+        return [
+            SandboxRecord.model_validate_json(r[0])
+            for r in self.db.execute("SELECT data FROM sandboxes ORDER BY id")
+        ]
 
     async def delete_sandbox(self, sandbox_id: str, reaped: bool = False) -> None:
         now = time.time()
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             if reaped:
-                self.db.execute("INSERT INTO reaped SELECT id, owner, ? FROM sandboxes WHERE id = ?",
-                                (now, sandbox_id))
+                self.db.execute(
+                    "INSERT INTO reaped SELECT id, owner, ? FROM sandboxes WHERE id = ?",
+                    (now, sandbox_id),
+                )
             self.db.execute("DELETE FROM sandboxes WHERE id = ?", (sandbox_id,))
-            self.db.execute("UPDATE jobs SET expires_at = min(expires_at, ?) WHERE sandbox_id = ?",
-                            (now + JOB_GRACE, sandbox_id))
+            self.db.execute(
+                "UPDATE jobs SET expires_at = min(expires_at, ?) WHERE sandbox_id = ?",
+                (now + JOB_GRACE, sandbox_id),
+            )
 
     async def expired(self, now: float) -> list[str]:
-        return [r[0] for r in self.db.execute(
-            "SELECT id FROM sandboxes WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))]
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT id FROM sandboxes WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
+            )
+        ]
 
     async def recently_reaped(self, owner: str | None) -> list[str]:
         since = time.time() - REAPED_MEMORY
@@ -236,9 +257,10 @@ class SqliteStore(Store):
         return row[0] if row else None
 
     async def add_job(self, job: JobRecord, idempotency_key: str | None) -> JobRecord:
-        cur = self.db.execute("INSERT OR IGNORE INTO jobs VALUES (?, ?, ?, ?, ?)",
-                              (job.id, job.sandbox_id, idempotency_key, job.expires_at,
-                               job.model_dump_json()))
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO jobs VALUES (?, ?, ?, ?, ?)",
+            (job.id, job.sandbox_id, idempotency_key, job.expires_at, job.model_dump_json()),
+        )
         if cur.rowcount:
             return job
         row = self._one("SELECT data FROM jobs WHERE idem = ?", idempotency_key)
@@ -250,7 +272,8 @@ class SqliteStore(Store):
         self.db.execute(  # a job of a deleted sandbox keeps its shortened expiry
             "UPDATE jobs SET data = ?, expires_at = CASE WHEN EXISTS (SELECT 1 FROM sandboxes s "
             "WHERE s.id = jobs.sandbox_id) THEN ? ELSE min(expires_at, ?) END WHERE id = ?",
-            (job.model_dump_json(), job.expires_at, job.expires_at, job.id))
+            (job.model_dump_json(), job.expires_at, job.expires_at, job.id),
+        )
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         row = self._one("SELECT data FROM jobs WHERE id = ?", job_id)
@@ -264,7 +287,9 @@ class SqliteStore(Store):
         self.db.execute(
             "INSERT INTO locks VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
             "holder = excluded.holder, until = excluded.until WHERE locks.holder = excluded.holder "
-            "OR locks.until < ?", (name, holder, now + ttl, now))
+            "OR locks.until < ?",
+            (name, holder, now + ttl, now),
+        )
         row = self._one("SELECT holder FROM locks WHERE name = ?", name)
         return None if row and row[0] == holder else (row[0] if row else "")
 
@@ -272,11 +297,16 @@ class SqliteStore(Store):
         self.db.execute("DELETE FROM locks WHERE name = ? AND holder = ?", (name, holder))
 
     async def steal_lock(self, name: str, holder: str) -> bool:
-        return bool(self.db.execute("DELETE FROM locks WHERE name = ? AND holder = ?",
-                                    (name, holder)).rowcount)
+        return bool(
+            self.db.execute(
+                "DELETE FROM locks WHERE name = ? AND holder = ?", (name, holder)
+            ).rowcount
+        )
 
     async def beat(self, replica: str, ttl: float) -> None:
-        self.db.execute("INSERT OR REPLACE INTO replicas VALUES (?, ?)", (replica, time.time() + ttl))
+        self.db.execute(
+            "INSERT OR REPLACE INTO replicas VALUES (?, ?)", (replica, time.time() + ttl)
+        )
         self.db.execute("DELETE FROM replicas WHERE until < ?", (time.time() - 3600,))
 
     async def alive(self, replica: str) -> bool:
@@ -286,7 +316,9 @@ class SqliteStore(Store):
 
 # -- Redis -----------------------------------------------------------------------------------
 
-_UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+_UNLOCK = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
 _LOCK = """
 local cur = redis.call('get', KEYS[1])
 if cur == false or cur == ARGV[1] then
@@ -313,8 +345,9 @@ class RedisStore(Store):
     def __init__(self, url: str, prefix: str = "pomona:"):
         import redis.asyncio as redis
 
-        self.redis = redis.Redis.from_url(url, decode_responses=True,
-                                          health_check_interval=5, socket_connect_timeout=2)
+        self.redis = redis.Redis.from_url(
+            url, decode_responses=True, health_check_interval=5, socket_connect_timeout=2
+        )
         self.p = prefix
         self._lock = self.redis.register_script(_LOCK)
         self._unlock = self.redis.register_script(_UNLOCK)
@@ -324,8 +357,10 @@ class RedisStore(Store):
         with contextlib.suppress(Exception):  # CONFIG may be disabled on managed Redis
             policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
             if policy and policy != "noeviction":
-                raise RuntimeError(f"Redis evicts keys (maxmemory-policy={policy}): the store needs "
-                                   "noeviction, or live sandboxes could lose their records")
+                raise RuntimeError(
+                    f"Redis evicts keys (maxmemory-policy={policy}): the store needs "
+                    "noeviction, or live sandboxes could lose their records"
+                )
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -396,24 +431,33 @@ class RedisStore(Store):
         idem = self.p + "idem:" + (idempotency_key or job.id)
         existing_id = await self._add_job(
             keys=[idem, self.p + "job:" + job.id, self.p + "jobs:" + job.sandbox_id],
-            args=[job.id, job.model_dump_json(), self._job_ttl(job)])
+            args=[job.id, job.model_dump_json(), self._job_ttl(job)],
+        )
         if not existing_id:
             return job
         if existing := await self.get_job(existing_id):
             return existing
         # the key survived a store crash that lost its job (Redis lost its last writes): the
         # command may have run; it is never run again, and the caller is told so
-        lost = job.model_copy(update={
-            "id": existing_id, "status": "failed", "completed_at": time.time(),
-            "error_type": "SandboxFailed", "error": "this job's record was lost in a store restart; "
-            "the command may have run and was not re-run. Check the sandbox's state."})
+        lost = job.model_copy(
+            update={
+                "id": existing_id,
+                "status": "failed",
+                "completed_at": time.time(),
+                "error_type": "SandboxFailed",
+                "error": "this job's record was lost in a store restart; "
+                "the command may have run and was not re-run. Check the sandbox's state.",
+            }
+        )
         await self.put_job(lost)
         return lost
 
     async def put_job(self, job: JobRecord) -> None:
         key = self.p + "job:" + job.id
         ttl = self._job_ttl(job)
-        if not await self.redis.exists(self.p + "sb:" + job.sandbox_id):  # keep the shortened expiry
+        if not await self.redis.exists(
+            self.p + "sb:" + job.sandbox_id
+        ):  # keep the shortened expiry
             ttl = min(ttl, max(1, await self.redis.ttl(key)))
         await self.redis.set(key, job.model_dump_json(), ex=ttl)
 

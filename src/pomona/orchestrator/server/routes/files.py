@@ -49,8 +49,9 @@ async def download_file(sandbox: OwnedSandbox, path: Path_, coord: Coord) -> Fil
 
 
 @router.delete("/sandboxes/{sandbox_id}/files", response_model=FileRemoved, responses=ERRORS)
-async def remove_file(sandbox: OwnedSandbox, path: Path_, coord: Coord,
-                      recursive: bool = False) -> FileRemoved:
+async def remove_file(
+    sandbox: OwnedSandbox, path: Path_, coord: Coord, recursive: bool = False
+) -> FileRemoved:
     await coord.service.remove(sandbox.id, path, recursive)
     return FileRemoved(path=path)
 
@@ -65,33 +66,53 @@ async def stat_file(sandbox: OwnedSandbox, path: Path_, coord: Coord) -> FileInf
     return await coord.service.stat(sandbox.id, path)
 
 
-@router.get("/sandboxes/{sandbox_id}/files/raw", response_class=Response,
-            responses={**ERRORS, 200: {"content": OCTETS}})
+@router.get(
+    "/sandboxes/{sandbox_id}/files/raw",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": OCTETS}},
+)
 async def read_raw(sandbox: OwnedSandbox, path: Path_, coord: Coord) -> Response:
     data = await coord.service.read_file(sandbox.id, path)
     return Response(data, media_type="application/octet-stream")
 
 
-@router.put("/sandboxes/{sandbox_id}/files/raw", response_model=FileWritten, responses=ERRORS,
-            openapi_extra={"requestBody": {"content": OCTETS, "required": True}})
-async def write_raw(sandbox: OwnedSandbox, path: Path_, request: Request, coord: Coord,
-                    mode: Annotated[int, Query(ge=0, le=0o7777)] = 0o644) -> FileWritten:
+@router.put(
+    "/sandboxes/{sandbox_id}/files/raw",
+    response_model=FileWritten,
+    responses=ERRORS,
+    openapi_extra={"requestBody": {"content": OCTETS, "required": True}},
+)
+async def write_raw(
+    sandbox: OwnedSandbox,
+    path: Path_,
+    request: Request,
+    coord: Coord,
+    mode: Annotated[int, Query(ge=0, le=0o7777)] = 0o644,
+) -> FileWritten:
     data = await request.body()
     await coord.service.write_file(sandbox.id, path, data, mode)
     return FileWritten(path=path, size=len(data))
 
 
-@router.get("/sandboxes/{sandbox_id}/archive", response_class=Response,
-            responses={**ERRORS, 200: {"content": TAR}})
+@router.get(
+    "/sandboxes/{sandbox_id}/archive",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": TAR}},
+)
 async def download_dir(sandbox: OwnedSandbox, coord: Coord, path: Path_ = ".") -> Response:
     tar = await coord.service.download_dir(sandbox.id, path)
     return Response(tar, media_type="application/x-tar")
 
 
-@router.put("/sandboxes/{sandbox_id}/archive", response_model=FileWritten, responses=ERRORS,
-            openapi_extra={"requestBody": {"content": TAR, "required": True}})
-async def upload_dir(sandbox: OwnedSandbox, request: Request, coord: Coord,
-                     path: Path_ = ".") -> FileWritten:
+@router.put(
+    "/sandboxes/{sandbox_id}/archive",
+    response_model=FileWritten,
+    responses=ERRORS,
+    openapi_extra={"requestBody": {"content": TAR, "required": True}},
+)
+async def upload_dir(
+    sandbox: OwnedSandbox, request: Request, coord: Coord, path: Path_ = "."
+) -> FileWritten:
     tar = await request.body()
     try:
         await coord.service.upload_dir(sandbox.id, path, tar)

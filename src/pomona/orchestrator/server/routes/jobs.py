@@ -23,15 +23,17 @@ router = APIRouter()
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
-async def _submit(state: ServiceState, who: Principal, sandbox: SandboxRecord, body: ExecBody,
-                  key: str | None) -> JobRecord:
+async def _submit(
+    state: ServiceState, who: Principal, sandbox: SandboxRecord, body: ExecBody, key: str | None
+) -> JobRecord:
     """Start the job (or find the one this key started) under an exec slot, which a new job
     holds until it ends."""
     execs = state.execs
     await execs.acquire()
     try:
-        job, new = await state.coordinator.submit(who, sandbox, body.exec_request(),
-                                                  key or body.idempotency_key, on_finish=execs.release)
+        job, new = await state.coordinator.submit(
+            who, sandbox, body.exec_request(), key or body.idempotency_key, on_finish=execs.release
+        )
     except BaseException:
         execs.release()
         raise
@@ -40,23 +42,49 @@ async def _submit(state: ServiceState, who: Principal, sandbox: SandboxRecord, b
     return job
 
 
-@router.post("/sandboxes/{sandbox_id}/exec", responses={
-    **ERRORS, 408: {"model": ErrorBody, "description": "wait=true expired: POST again with the "
-                    "same Idempotency-Key to keep waiting"}})
-async def exec_(sandbox: OwnedSandbox, body: ExecBody, who: Who, state: State,
-                idempotency_key: IdempotencyKey = None) -> JobView:
+@router.post(
+    "/sandboxes/{sandbox_id}/exec",
+    responses={
+        **ERRORS,
+        408: {
+            "model": ErrorBody,
+            "description": "wait=true expired: POST again with the "
+            "same Idempotency-Key to keep waiting",
+        },
+    },
+)
+async def exec_(
+    sandbox: OwnedSandbox,
+    body: ExecBody,
+    who: Who,
+    state: State,
+    idempotency_key: IdempotencyKey = None,
+) -> JobView:
     job = await _submit(state, who, sandbox, body, idempotency_key)
     if body.wait:
         job = await state.coordinator.wait(who, job.id, (body.timeout or 3600) + 60)
     return JobView.of(job)
 
 
-@router.post("/sandboxes/{sandbox_id}/exec/stream", response_class=StreamingResponse,
-             responses={**ERRORS, 200: {"description": "NDJSON: {type: chunk, stream, data} lines, "
-                                              "then {type: result, ...ExecResult} or {type: error}",
-                                        "content": {"application/x-ndjson": {}}}})
-async def exec_stream(sandbox: OwnedSandbox, body: ExecBody, who: Who, state: State,
-                      idempotency_key: IdempotencyKey = None) -> StreamingResponse:
+@router.post(
+    "/sandboxes/{sandbox_id}/exec/stream",
+    response_class=StreamingResponse,
+    responses={
+        **ERRORS,
+        200: {
+            "description": "NDJSON: {type: chunk, stream, data} lines, "
+            "then {type: result, ...ExecResult} or {type: error}",
+            "content": {"application/x-ndjson": {}},
+        },
+    },
+)
+async def exec_stream(
+    sandbox: OwnedSandbox,
+    body: ExecBody,
+    who: Who,
+    state: State,
+    idempotency_key: IdempotencyKey = None,
+) -> StreamingResponse:
     job = await _submit(state, who, sandbox, body, idempotency_key)
 
     async def lines() -> AsyncIterator[bytes]:
@@ -65,9 +93,14 @@ async def exec_stream(sandbox: OwnedSandbox, body: ExecBody, who: Who, state: St
                 kind = {"type": "chunk"} if isinstance(item, ExecChunk) else {"type": "result"}
                 yield json.dumps({**kind, **item.model_dump()}).encode() + b"\n"
         except PomonaError as e:
-            yield json.dumps({"type": "error", "error": type(e).__name__, "detail": str(e)}).encode() + b"\n"
+            yield (
+                json.dumps({"type": "error", "error": type(e).__name__, "detail": str(e)}).encode()
+                + b"\n"
+            )
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson", headers={"X-Job-Id": job.id})
+    return StreamingResponse(
+        lines(), media_type="application/x-ndjson", headers={"X-Job-Id": job.id}
+    )
 
 
 @router.get("/jobs/{job_id}", response_model=JobView, responses=ERRORS)
@@ -75,10 +108,14 @@ async def get_job(job_id: str, who: Who, coord: Coord) -> JobView:
     return JobView.of(await coord.job(who, job_id))
 
 
-@router.get("/jobs/{job_id}/wait", response_model=JobView,
-            responses={**ERRORS, 408: {"model": ErrorBody, "description": "still running: wait again"}})
-async def wait_job(job_id: str, who: Who, coord: Coord,
-                   timeout: Annotated[float, Query(gt=0, le=86400)] = 300) -> JobView:
+@router.get(
+    "/jobs/{job_id}/wait",
+    response_model=JobView,
+    responses={**ERRORS, 408: {"model": ErrorBody, "description": "still running: wait again"}},
+)
+async def wait_job(
+    job_id: str, who: Who, coord: Coord, timeout: Annotated[float, Query(gt=0, le=86400)] = 300
+) -> JobView:
     return JobView.of(await coord.wait(who, job_id, timeout))
 
 
@@ -90,5 +127,7 @@ async def cancel_job(job_id: str, who: Who, coord: Coord) -> JobView:
 @router.post("/sandboxes/{sandbox_id}/apply_patch", response_model=PatchView, responses=ERRORS)
 async def apply_patch(sandbox: OwnedSandbox, body: PatchBody, state: State) -> PatchView:
     async with state.execs.slot():
-        result = await state.coordinator.apply_patch(sandbox, body.patch, body.cwd, body.timeout_seconds)
+        result = await state.coordinator.apply_patch(
+            sandbox, body.patch, body.cwd, body.timeout_seconds
+        )
     return PatchView(**result.model_dump())

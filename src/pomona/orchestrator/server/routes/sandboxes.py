@@ -53,11 +53,22 @@ async def resources(who: Who, coord: Coord) -> Resources:
     requested = Capacity(cpu=cpu, memory_bytes=memory)
     return Resources(
         nodes=[Node(name=os.uname().nodename, capacity=machine, allocatable=machine)],
-        total_capacity=machine, total_allocatable=machine, total_requested=requested,
-        available=Capacity(cpu=max(0.0, machine.cpu - cpu),
-                           memory_bytes=max(0, machine.memory_bytes - memory)),
-        sandbox_pods=[SandboxUsage(name=r.id, phase=r.status, cpu_request=r.spec.limits.cpu,
-                                   memory_request_bytes=r.spec.limits.memory) for r in mine])
+        total_capacity=machine,
+        total_allocatable=machine,
+        total_requested=requested,
+        available=Capacity(
+            cpu=max(0.0, machine.cpu - cpu), memory_bytes=max(0, machine.memory_bytes - memory)
+        ),
+        sandbox_pods=[
+            SandboxUsage(
+                name=r.id,
+                phase=r.status,
+                cpu_request=r.spec.limits.cpu,
+                memory_request_bytes=r.spec.limits.memory,
+            )
+            for r in mine
+        ],
+    )
 
 
 @router.post("/reap", response_model=Reaped, responses=ERRORS)
@@ -74,8 +85,11 @@ async def create(body: CreateSandboxRequest, who: Who, state: State) -> SandboxV
 
 
 @router.get("/sandboxes", response_model=list[SandboxView], responses=ERRORS)
-async def list_sandboxes(who: Who, coord: Coord, label: Annotated[list[str], Query(
-        description="key=value; repeat to require several")] = []) -> list[SandboxView]:  # noqa: B006
+async def list_sandboxes(
+    who: Who,
+    coord: Coord,
+    label: Annotated[list[str], Query(description="key=value; repeat to require several")] = [],  # noqa: B006
+) -> list[SandboxView]:
     return [SandboxView.of(r) for r in await coord.list(who, _labels(label))]
 
 
@@ -84,10 +98,14 @@ async def get_sandbox(sandbox: OwnedSandbox) -> SandboxView:
     return SandboxView.of(sandbox)
 
 
-@router.get("/sandboxes/{sandbox_id}/wait", response_model=SandboxView,
-            responses={**ERRORS, 408: {"model": ErrorBody, "description": "still creating"}})
-async def wait_sandbox(sandbox_id: str, who: Who, coord: Coord,
-                       timeout: Annotated[float, Query(gt=0, le=86400)] = 3600) -> SandboxView:
+@router.get(
+    "/sandboxes/{sandbox_id}/wait",
+    response_model=SandboxView,
+    responses={**ERRORS, 408: {"model": ErrorBody, "description": "still creating"}},
+)
+async def wait_sandbox(
+    sandbox_id: str, who: Who, coord: Coord, timeout: Annotated[float, Query(gt=0, le=86400)] = 3600
+) -> SandboxView:
     return SandboxView.of(await coord.wait_ready(who, sandbox_id, timeout))
 
 
@@ -99,5 +117,6 @@ async def delete(sandbox_id: str, who: Who, coord: Coord) -> Deleted:
 @router.post("/sandboxes/{sandbox_id}/heartbeat", response_model=HeartbeatAck, responses=ERRORS)
 async def heartbeat(sandbox: OwnedSandbox, coord: Coord) -> HeartbeatAck:
     record = await coord.heartbeat(sandbox)
-    return HeartbeatAck(sandbox_id=record.id, expires_at=record.expires_at,
-                        sandbox=SandboxView.of(record))
+    return HeartbeatAck(
+        sandbox_id=record.id, expires_at=record.expires_at, sandbox=SandboxView.of(record)
+    )

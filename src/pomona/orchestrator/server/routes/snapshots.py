@@ -15,8 +15,12 @@ router = APIRouter()
 
 
 @router.post("/sandboxes/{sandbox_id}/snapshot", response_model=SnapshotInfo, responses=ERRORS)
-async def snapshot(sandbox: OwnedSandbox, who: Who, coord: Coord,
-                   body: Annotated[SnapshotBody | None, Body()] = None) -> SnapshotInfo:
+async def snapshot(
+    sandbox: OwnedSandbox,
+    who: Who,
+    coord: Coord,
+    body: Annotated[SnapshotBody | None, Body()] = None,
+) -> SnapshotInfo:
     return await coord.snapshot(who, sandbox, body.snapshot_id if body else None)
 
 
@@ -27,12 +31,15 @@ async def list_snapshots(who: Who, coord: Coord) -> list[SnapshotInfo]:
 
 @router.delete("/snapshots/{snapshot_id}", response_model=SnapshotDeleted, responses=ERRORS)
 async def delete_snapshot(snapshot_id: str, who: Who, coord: Coord) -> SnapshotDeleted:
-    return SnapshotDeleted(snapshot_id=snapshot_id,
-                           deleted=await coord.delete_snapshot(who, snapshot_id))
+    return SnapshotDeleted(
+        snapshot_id=snapshot_id, deleted=await coord.delete_snapshot(who, snapshot_id)
+    )
 
 
 @router.post("/snapshots/{snapshot_id}/fork", response_model=list[SandboxView], responses=ERRORS)
 async def fork(snapshot_id: str, body: ForkBody, who: Who, state: State) -> list[SandboxView]:
     async with state.creates.slot():
-        records = await state.coordinator.fork(who, snapshot_id, body.k, body.labels, body.sandbox_ids)
+        records = await state.coordinator.fork(
+            who, snapshot_id, body.k, body.labels, body.sandbox_ids
+        )
     return [SandboxView.of(r) for r in records]
