@@ -4,7 +4,8 @@ sandboxes, for comparing its verdicts with Pomona's.
 This file runs under harbor's interpreter, not Pomona's: it imports harbor only. Its environment
 is a bridge: every exec, upload and download harbor's Verifier asks for is sent as one JSON line
 on stdout to the parent (the test, which holds the sandbox) and answered on stdin. The parent
-first sends {"jobs": [{"task_dir": ..., "trial_dir": ...}, ...]}; each job ends with
+first sends {"jobs": [{"task_dir": ..., "trial_dir": ..., "step": name or null}, ...]} (a step
+of a multi-step task is verified with that step's tests); each job ends with
 {"op": "result", "job": i, "rewards": {...}} or {"op": "error", "job": i, "error": "..."}.
 """
 
@@ -71,14 +72,14 @@ class BridgeEnvironment:
         )
 
 
-async def verify(job: int, task_dir: str, trial_dir: str) -> dict:
+async def verify(job: int, task_dir: str, trial_dir: str, step: str | None) -> dict:
     paths = TrialPaths(Path(trial_dir))
     paths.verifier_dir.mkdir(parents=True, exist_ok=True)
     env = BridgeEnvironment(job)
     # what harbor's trial does to a separate verifier environment first: an empty verifier dir
     empty = BaseEnvironment._empty_dirs_command(env, [EnvironmentPaths.verifier_dir], chmod=True)
     await env.exec(empty, user="root")
-    verifier = Verifier(task=Task(task_dir), trial_paths=paths, environment=env)
+    verifier = Verifier(task=Task(task_dir), trial_paths=paths, environment=env, step_name=step)
     try:
         result = await verifier.verify()
     except Exception as e:  # noqa: BLE001 - harbor's own failure is the answer
@@ -89,7 +90,7 @@ async def verify(job: int, task_dir: str, trial_dir: str) -> dict:
 def main() -> None:
     jobs = json.loads(sys.stdin.readline())["jobs"]
     for i, job in enumerate(jobs):
-        ask(asyncio.run(verify(i, job["task_dir"], job["trial_dir"])))
+        ask(asyncio.run(verify(i, job["task_dir"], job["trial_dir"], job.get("step"))))
     sys.stdout.write(json.dumps({"op": "done"}) + "\n")
     sys.stdout.flush()
 

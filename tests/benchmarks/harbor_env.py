@@ -93,9 +93,9 @@ def _serve(op: dict[str, Any], sandbox: Any) -> dict[str, Any]:
     return {}
 
 
-def verify(jobs: list[tuple[Path, Path, Any]]) -> list[dict[str, Any]]:
-    """harbor's Verifier.verify() on each (task dir, trial dir, sandbox): its rewards, or the
-    error it raised, per job."""
+def verify(jobs: list[tuple[Path, Path, Any, str | None]]) -> list[dict[str, Any]]:
+    """harbor's Verifier.verify() on each (task dir, trial dir, sandbox, step name or None): its
+    rewards, or the error it raised, per job."""
     proc = subprocess.Popen(
         [str(harbor_venv() / "python"), str(BRIDGE)],
         stdin=subprocess.PIPE,
@@ -106,7 +106,13 @@ def verify(jobs: list[tuple[Path, Path, Any]]) -> list[dict[str, Any]]:
     outcomes: list[dict[str, Any]] = [{} for _ in jobs]
     try:
         proc.stdin.write(
-            json.dumps({"jobs": [{"task_dir": str(t), "trial_dir": str(d)} for t, d, _ in jobs]})
+            json.dumps(
+                {
+                    "jobs": [
+                        {"task_dir": str(t), "trial_dir": str(d), "step": s} for t, d, _, s in jobs
+                    ]
+                }
+            )
             + "\n"
         )
         proc.stdin.flush()

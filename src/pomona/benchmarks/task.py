@@ -46,6 +46,17 @@ class Environment:
     workdir: str = "/workspace"
     mcp: tuple[McpServer, ...] = ()  # MCP servers the harness gets (assistant benchmarks' tools)
     user: str = "pomona"  # who runs commands: "root" where the image expects it (SWE-bench images)
+    network: str = "gateway"  # a harness episode's sandbox: the model proxy only, or "full"
+    env: dict[str, str] = field(default_factory=dict)  # variables every command in it sees
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the agent is asked next in the same sandbox (a multi-step task's next step), and
+    the time it has for it (None: the episode's budget)."""
+
+    instruction: str
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,12 @@ class Task:
             result = sandbox.exec(command, timeout=600)
             if result.exit_code != 0:
                 raise RuntimeError(f"task {self.id}: setup {command!r} failed: {result.stderr.strip()}")
+
+    def next_turn(self, sandbox: Sandbox) -> Turn | None:
+        """Called when the agent has finished what it was asked: the next instruction, or None
+        when the task is done and evaluate() gives the verdict. Most tasks ask once; a multi-step
+        task (harbor's [[steps]]) checks the step just finished and sets up the next one."""
+        return None
 
     def evaluate(self, sandbox: Sandbox, run: Any = None, proxy: Any = None) -> Score:
         """The verdict. `run` (the HarnessResult) and `proxy` (its ProxyLink) are there for tasks

@@ -1,196 +1,143 @@
-"""Terminal-Bench 2.0 tasks in harbor's layout, verified by harbor's reward contract, where the
-agent cannot tamper with the verdict.
+"""Terminal-Bench 2.0 tasks in harbor's layout, verified by harbor's reward contract where the
+agent cannot tamper with the verdict (terminal_bench_verifier), configured by harbor's task.toml
+(terminal_bench_config).
 
-    <task>/instruction.md        the agent's input, verbatim
-    <task>/task.toml             config (harbor's schema 1.x; see TbConfig for what is read)
+    <task>/instruction.md        the agent's input (leading canary comments dropped, as harbor)
+    <task>/task.toml             config
     <task>/environment/          Dockerfile (harbor builds it), setup.sh (Pomona's offline tasks)
     <task>/tests/test.sh         the verifier, uploaded to /tests only after the agent has run
     <task>/solution/solve.sh     the oracle
-
-Verification runs in a sandbox of its own, never in the agent's:
-  - `separate` (a task asking for harbor's `verifier.environment_mode = "separate"`, or naming a
-    `[verifier.environment]`): as harbor does it, a fresh sandbox of the verifier's environment
-    (its image, or the task's own environment rebuilt), into which the declared `artifacts`
-    (and /logs/artifacts) are copied from the agent's final state at their own paths.
-  - `fork` (Pomona's default for every other task): a fork of the agent's final snapshot. It
-    holds all the agent's files, but no agent process survives, and the tests and the pytest
-    they run come fresh (pytest is unpacked anew over whatever the agent left).
-  - `shared` only when asked for (TbScorer(mode="shared")): the old way, in the agent's sandbox.
-Then, as harbor: stale reward files removed, tests/ uploaded to /tests, /tests/test.sh run (as
-`[verifier].user`, root by default, with `[verifier].env`) with its output in
-/logs/verifier/test-stdout.txt, and /logs/verifier/reward.json (a flat {name: number} map) or
-reward.txt (one float) read. Neither file means the trial errored: a `verifier` failure,
-excluded from scores rather than counted as 0. Before any of it, `[[verifier.collect]]` commands
-run in the agent's sandbox (harbor runs them there too, to snapshot state into files).
+    <task>/steps/<name>/         a multi-step task's steps: instruction.md, workdir/ (copied into
+                                 the workdir before the step, its setup.sh run), tests/, solution/
 
 Where a task names `[environment] docker_image`, it runs there (as root unless `[agent].user`
 names another user). Pomona's local tasks instead set `[metadata] pomona_image = "host"`: they run
 on the host image, `environment/setup.sh` builds their state in the workdir (their Dockerfile
 runs the same script, so harbor agrees) and pytest is installed from Pomona's own environment,
-so everything works offline. Not supported: multi-step tasks (`[[steps]]`, refused at load),
-sidecar services (compose) and MCP servers (listed in the task's metadata, not started).
+so everything works offline.
+
+A multi-step task is one episode in one sandbox: the agent gets step 1's instruction; when it is
+done the runner asks `next_turn`, which verifies that step (as harbor: in a sandbox of its own),
+stops early when the step falls short of its `min_reward`, and sets up the next step (its workdir
+files, setup.sh, healthcheck) before handing over its instruction. `evaluate` verifies the step the
+agent ended on and combines the steps' rewards by `multi_step_reward_strategy` (per-key mean, or
+the final step's). A step the agent never reached counts 0; steps skipped after a failed gate are
+left out, as harbor leaves them out.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
-import json
-import math
-import os
 import re
+import shlex
 import tarfile
-import tempfile
-import tomllib
+import threading
+import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks.pytools import install_pytest
-from pomona.benchmarks.task import Environment, Score, Task, VerifierError
+from pomona.benchmarks.task import Environment, Score, Task, Turn, VerifierError
+from pomona.benchmarks.terminal_bench_config import (
+    DEFAULT_WORKDIR,
+    Healthcheck,
+    StepConfig,
+    TbConfig,
+    read_config,
+    resolve_env,
+)
+from pomona.benchmarks.terminal_bench_verifier import (
+    TbScorer,
+    copy_artifacts,
+    parse_reward,
+    reward_of,
+    sanitized,
+)
+
+__all__ = [
+    "DATA",
+    "DEFAULT_WORKDIR",
+    "TbConfig",
+    "TbScorer",
+    "TbTask",
+    "combine",
+    "copy_artifacts",
+    "load_task",
+    "parse_reward",
+    "read_config",
+    "resolve_env",
+    "sanitized",
+    "solve_commands",
+    "tasks",
+]
 
 DATA = Path(__file__).parent / "data" / "terminal_bench"
-LOGS = "/logs/verifier"
-ARTIFACTS = "/logs/artifacts"  # harbor's convention directory, always collected
-DEFAULT_WORKDIR = "/app"
-MODES = ("fork", "separate", "shared")
+STEP_MARKER = "/tmp/pomona-tb-step"  # root-owned, world-readable: which step the agent is on
+_CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
 
-def parse_reward(files: dict[str, str]) -> dict[str, float]:
-    """harbor's reward files: reward.json wins over reward.txt; a missing, empty or malformed
-    one (non-numeric, non-finite) is the verifier's failure."""
-    try:
-        if "reward.json" in files:
-            data = json.loads(files["reward.json"])
-            if not isinstance(data, dict) or not data:
-                raise VerifierError("reward.json is not a flat {name: number} map")
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()):
-                raise VerifierError(f"reward.json holds a non-numeric reward: {data}")
-            rewards = {str(k): float(v) for k, v in data.items()}
-        elif "reward.txt" in files:
-            rewards = {"reward": float(files["reward.txt"].strip())}
-        else:
-            raise VerifierError("RewardFileNotFoundError: the verifier wrote no reward.json or "
-                                "reward.txt")
-    except (ValueError, TypeError) as e:
-        raise VerifierError(f"unreadable reward file: {e}") from e
-    if not all(math.isfinite(v) for v in rewards.values()):
-        raise VerifierError(f"reward is not finite: {rewards}")
-    return rewards
+def strip_canary(text: str) -> str:
+    """harbor's: leading canary comment lines (and the blank lines after them) are not shown to
+    the agent."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and _CANARY.match(lines[i].strip()):
+        i += 1
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return "\n".join(lines[i:])
 
 
-def resolve_env(env: dict[str, str]) -> dict[str, str]:
-    """`${VAR}` and `${VAR:-default}` in task.toml env values, from Pomona's own environment."""
-    def one(m: re.Match) -> str:
-        name, _, default = m.group(1).partition(":-")
-        if name in os.environ:
-            return os.environ[name]
-        if m.group(1).find(":-") >= 0:
-            return default
-        raise ValueError(f"task.toml needs the environment variable {name}, which is not set")
-    return {k: re.sub(r"\$\{([^}]+)\}", one, str(v)) for k, v in env.items()}
+def run_healthcheck(sandbox: Any, check: Healthcheck, workdir: str, what: str) -> None:
+    """Docker's HEALTHCHECK as harbor runs it: the first pass wins; failures in the start period
+    do not count; `retries` consecutive failures after it fail the environment."""
+    start_end = time.monotonic() + check.start_period
+    failures = 0
+    while True:
+        in_start = time.monotonic() < start_end
+        if sandbox.exec(check.command, cwd=workdir, timeout=check.timeout).exit_code == 0:
+            return
+        if not in_start:
+            failures += 1
+            if failures >= check.retries:
+                raise RuntimeError(
+                    f"{what}: the healthcheck failed {failures} times in a row: {check.command}"
+                )
+        time.sleep(check.start_interval if in_start else check.interval)
 
 
-# --- task.toml ---------------------------------------------------------------------------------
+def solve_commands(solve_sh: str, env: dict[str, str] | None = None) -> list[str]:
+    """The oracle's script: solve.sh written to /tmp/solution and run, as one shell command."""
+    return [_exports(env) + _solve(solve_sh)]
 
 
-@dataclass(frozen=True)
-class Artifact:
-    source: str
-    exclude: tuple[str, ...] = ()
+def _exports(env: dict[str, str] | None) -> str:
+    return "".join(f"export {k}={shlex.quote(v)} && " for k, v in (env or {}).items())
 
 
-@dataclass(frozen=True)
-class Collect:
-    command: str
-    timeout: float = 60.0
-    user: str | None = None
+def _solve(solve_sh: str) -> str:
+    data = base64.b64encode(solve_sh.encode()).decode()
+    return (
+        f"mkdir -p /tmp/solution && echo {data} | base64 -d > /tmp/solution/solve.sh && "
+        "bash /tmp/solution/solve.sh"
+    )
 
 
-@dataclass(frozen=True)
-class TbConfig:
-    """What Pomona reads of harbor's task.toml (schema 1.x)."""
-
-    name: str | None
-    image: str | None  # [metadata] pomona_image, else [environment] docker_image
-    workdir: str
-    agent_timeout: float
-    agent_user: str | None
-    verifier_timeout: float
-    verifier_user: str | None
-    verifier_env: dict[str, str]
-    verifier_image: str | None  # [verifier.environment] docker_image
-    verifier_network: str  # "none" or "full"
-    mode: str  # "separate" when the task asks for it, else "fork"
-    artifacts: tuple[Artifact, ...]
-    collect: tuple[Collect, ...]
-    healthcheck: str | None
-    solution_env: dict[str, str]
-    mcp_servers: tuple[str, ...]
-    raw: dict[str, Any] = field(default_factory=dict)
+def steps_solve_command(solutions: dict[str, str], env: dict[str, str] | None = None) -> list[str]:
+    """The oracle of a multi-step task: one command, the same in every step (each step's run is a
+    new conversation, and the scripted model replays its script from the start), which runs the
+    solution of the step the agent is on."""
+    cases = "".join(f"{shlex.quote(name)}) {_solve(text)} ;; " for name, text in solutions.items())
+    return [
+        f'{_exports(env)}case "$(cat {STEP_MARKER})" in {cases}'
+        '*) echo "no solution for this step" >&2; exit 1 ;; esac'
+    ]
 
 
-def _network(section: dict[str, Any], baseline: str = "none") -> str:
-    mode = section.get("network_mode")
-    if mode is None and "allow_internet" in section:
-        mode = "public" if section["allow_internet"] else "no-network"
-    return {"public": "full", "no-network": "none", "allowlist": "none"}.get(mode or "", baseline)
-
-
-def _user(value: Any) -> str | None:
-    if value is None:
-        return None
-    return "root" if str(value).split(":")[0] in ("root", "0") else "pomona"
-
-
-def read_config(task_dir: Path) -> TbConfig:
-    path = task_dir / "task.toml"
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: not valid TOML: {e}") from None
-    if raw.get("steps"):
-        raise ValueError(f"{path}: multi-step tasks ([[steps]]) are not supported by Pomona yet")
-    meta, env, agent = raw.get("metadata", {}), raw.get("environment", {}), raw.get("agent", {})
-    verifier = raw.get("verifier", {})
-    venv = verifier.get("environment")
-    mode = verifier.get("environment_mode") or ("separate" if venv is not None else None)
-    if mode not in (None, "shared", "separate"):
-        raise ValueError(f"{path}: verifier.environment_mode must be shared or separate, not {mode!r}")
-    artifacts = []
-    for entry in raw.get("artifacts", []):
-        entry = {"source": entry} if isinstance(entry, str) else entry
-        if entry.get("service") not in (None, "main"):
-            raise ValueError(f"{path}: artifacts from sidecar services are not supported")
-        artifacts.append(Artifact(entry["source"], tuple(entry.get("exclude", ()))))
-    collect = []
-    for hook in verifier.get("collect", []):
-        if hook.get("service", "main") != "main":
-            raise ValueError(f"{path}: collect hooks in sidecar services are not supported")
-        collect.append(Collect(hook["command"], float(hook.get("timeout_sec", 60)),
-                               _user(hook.get("user"))))
-    health = env.get("healthcheck")
-    return TbConfig(
-        name=(raw.get("task") or {}).get("name"),
-        image=meta.get("pomona_image") or env.get("docker_image"),
-        workdir=meta.get("pomona_workdir") or env.get("workdir") or DEFAULT_WORKDIR,
-        agent_timeout=float(agent.get("timeout_sec") or 900), agent_user=_user(agent.get("user")),
-        verifier_timeout=float(verifier.get("timeout_sec") or 600),
-        verifier_user=_user(verifier.get("user")), verifier_env=dict(verifier.get("env", {})),
-        verifier_image=(venv or {}).get("docker_image"),
-        verifier_network=_network(verifier, _network(venv or env)),
-        mode="separate" if mode == "separate" else "fork",
-        artifacts=tuple(artifacts), collect=tuple(collect),
-        healthcheck=health.get("command") if isinstance(health, dict) else None,
-        solution_env=dict((raw.get("solution") or {}).get("env", {})),
-        mcp_servers=tuple(s.get("name", "?") for s in env.get("mcp_servers", [])), raw=raw)
-
-
-# --- moving files between sandboxes --------------------------------------------------------------
-
-
-def _tar(directory: Path) -> bytes:
+def _tar_dir(directory: Path) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in sorted(directory.rglob("*")):
@@ -198,215 +145,300 @@ def _tar(directory: Path) -> bytes:
     return buf.getvalue()
 
 
-def sanitized(tar_bytes: bytes, exclude: tuple[str, ...] = ()) -> bytes:
-    """A copy of a tar keeping only what tarfile's `data` filter allows (no links out of the
-    tree, no devices, no setuid bits) and nothing `exclude` names: an agent's files are input."""
-    out = io.BytesIO()
-    with tempfile.TemporaryDirectory() as dest, tarfile.open(fileobj=io.BytesIO(tar_bytes)) as src, \
-            tarfile.open(fileobj=out, mode="w") as dst:
-        for member in src:
-            name = member.name.removeprefix("./")
-            if any(Path(name).match(p) or name.startswith(p.rstrip("/") + "/") for p in exclude):
-                continue
-            try:
-                clean = tarfile.data_filter(member, dest)
-            except tarfile.FilterError:
-                continue
-            # the filter leaves what it drops unset (owner, directory and link modes): a tar
-            # being written needs values, so the copy is owned by whoever unpacks it
-            clean = clean.replace(uid=0, gid=0, uname="", gname="", deep=False,
-                                  mode=0o755 if clean.mode is None else clean.mode)
-            dst.addfile(clean, src.extractfile(member) if member.isfile() else None)
-    return out.getvalue()
+@dataclass
+class _Progress:
+    """One episode's way through a multi-step task (kept host-side: the agent cannot touch it)."""
 
-
-def _read(sandbox: Any, path: str) -> str | None:
-    try:
-        return sandbox.read_file(path).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - a missing file is an answer here, not an error
-        return None
-
-
-def copy_artifacts(source: Any, target: Any, artifacts: tuple[Artifact, ...]) -> list[str]:
-    """harbor's re-materialization: each artifact at its own path in the target (a directory
-    replaced whole), plus the convention directory; missing ones are skipped. Returns what was
-    copied."""
-    copied = []
-    for artifact in (*artifacts, Artifact(ARTIFACTS)):
-        path = artifact.source
-        kind = source.exec(f"test -d {_q(path)} && echo d || (test -f {_q(path)} && echo f)",
-                           user="root", timeout=60).stdout.strip()
-        if kind == "d":
-            data = sanitized(source.download_dir(path), artifact.exclude)
-            target.exec(f"rm -rf {_q(path)} && mkdir -p {_q(path)}", user="root", timeout=60)
-            target.upload_dir(path, data)
-        elif kind == "f":
-            target.exec(f"mkdir -p {_q(str(Path(path).parent))}", user="root", timeout=60)
-            target.write_file(path, source.read_file(path))
-        else:
-            continue
-        copied.append(path)
-    return copied
-
-
-def _q(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
-# --- the verifier ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TbScorer:
-    """harbor's verifier, in a sandbox of its own (see the module docstring for the modes)."""
-
-    task_dir: Path
-    config: TbConfig | None = None
-    mode: str | None = None  # None: the task's own (separate if it asks, else fork)
-    client: Any = None  # verifier sandboxes' client; by default the agent sandbox's own
-
-    @property
-    def timeout(self) -> float:
-        return self.config.verifier_timeout if self.config else 600.0
-
-    def resolved_mode(self) -> str:
-        mode = self.mode or (self.config.mode if self.config else "fork")
-        if mode not in MODES:
-            raise ValueError(f"verifier mode must be one of {MODES}, not {mode!r}")
-        return mode
-
-    def collect(self, task: Task, sandbox: Any) -> dict[str, Any]:
-        for hook in self.config.collect if self.config else ():
-            done = sandbox.exec(hook.command, cwd=task.environment.workdir, user=hook.user or "root",
-                                timeout=hook.timeout)
-            if done.exit_code != 0:
-                raise VerifierError(f"collect command {hook.command!r} failed: {done.stderr.strip()}")
-        mode = self.resolved_mode()
-        if mode == "shared":
-            return {**self.verify(task, sandbox), "mode": mode}
-        client = self.client or getattr(sandbox, "_root", None)
-        if client is None:
-            raise VerifierError("no sandbox client to verify with: pass TbScorer(client=...)")
-        with self._verifier_sandbox(task, sandbox, client, mode) as target:
-            return {**self.verify(task, target), "mode": mode}
-
-    @contextlib.contextmanager
-    def _verifier_sandbox(self, task: Task, agent: Any, client: Any, mode: str):
-        snapshot, target = None, None
-        try:
-            if mode == "fork":
-                snapshot = agent.snapshot()
-                (target,) = client.fork(snapshot, 1, labels={"purpose": "tb-verify"})
-                install_pytest(target, force=True)  # whatever the agent left, pytest comes fresh
-            else:
-                target = self._fresh_environment(task, client)
-                copy_artifacts(agent, target, self.config.artifacts if self.config else ())
-            yield target
-        finally:
-            with contextlib.suppress(Exception):
-                if target is not None:
-                    target.delete()
-            with contextlib.suppress(Exception):
-                if snapshot is not None:  # after the fork that stacks on it is gone
-                    client.delete_snapshot(snapshot)
-
-    def _fresh_environment(self, task: Task, client: Any) -> Any:
-        """The verifier's own environment: its image, or the task's environment built anew."""
-        cfg = self.config
-        image = (cfg.verifier_image if cfg else None) or task.environment.image
-        target = client.create_sandbox(image, network=cfg.verifier_network if cfg else "none",
-                                       workdir=task.environment.workdir,
-                                       user=task.environment.user, timeout=self.timeout + 600,
-                                       labels={"purpose": "tb-verify", "task": task.id[:63]})
-        try:
-            if image == task.environment.image:
-                task.prepare(target)
-            else:
-                install_pytest(target)
-        except BaseException:
-            target.delete()
-            raise
-        return target
-
-    def verify(self, task: Task, sandbox: Any) -> dict[str, Any]:
-        prep = sandbox.exec(f"rm -rf /tests && mkdir -p /tests {LOGS} && rm -f {LOGS}/reward.txt "
-                            f"{LOGS}/reward.json && chmod 777 {LOGS}", user="root", timeout=60)
-        if prep.exit_code != 0:
-            raise VerifierError(f"could not prepare /tests: {prep.stderr.strip()}")
-        sandbox.upload_dir("/tests", _tar(self.task_dir / "tests"))
-        env = resolve_env(self.config.verifier_env) if self.config else {}
-        user = (self.config.verifier_user if self.config else None) or "root"
-        result = sandbox.exec(f"chmod +x /tests/test.sh; /tests/test.sh > {LOGS}/test-stdout.txt 2>&1",
-                              cwd=task.environment.workdir, user=user, env=env,
-                              timeout=self.timeout)
-        files = {name: text for name in ("reward.json", "reward.txt", "test-stdout.txt")
-                 if (text := _read(sandbox, f"{LOGS}/{name}")) is not None}
-        return {"files": files, "exit_code": result.exit_code, "timed_out": result.timed_out}
-
-    def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
-        rewards = parse_reward(artifacts["files"])
-        reward = rewards.get("reward", sum(rewards.values()) / len(rewards))
-        return Score(reward=reward, resolved=reward == 1.0, details={
-            "rewards": rewards, "test_stdout": artifacts["files"].get("test-stdout.txt", "")[-4000:],
-            "test_exit_code": artifacts["exit_code"], "verifier_mode": artifacts.get("mode")})
-
-
-# --- tasks -------------------------------------------------------------------------------------
+    index: int = 0
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False  # a step fell short of its min_reward: the rest are skipped
 
 
 @dataclass(frozen=True)
 class TbTask(Task):
     """A harbor task; with a setup script, prepare() builds its state offline."""
 
+    _progress: weakref.WeakKeyDictionary = field(
+        default_factory=weakref.WeakKeyDictionary, init=False, compare=False, repr=False
+    )
+    _lock: Any = field(default_factory=threading.Lock, init=False, compare=False, repr=False)
+
+    @property
+    def config(self) -> TbConfig:
+        return self.scorer.config  # type: ignore[attr-defined]
+
+    @property
+    def steps(self) -> tuple[StepConfig, ...]:
+        return self.config.steps
+
     def prepare(self, sandbox: Any) -> None:
+        """The agent's sandbox: the environment, then the first step of a multi-step task."""
+        self.build(sandbox)
+        if self.steps:
+            with self._lock:
+                self._progress[sandbox] = _Progress()
+            self._begin_step(sandbox, self.steps[0])
+
+    def build(self, sandbox: Any) -> None:
+        """The task's environment (what a separate verifier's fresh sandbox gets too)."""
         setup = self.metadata.get("setup_script")
+        workdir = self.environment.workdir
         if setup is not None:
             sandbox.write_file("/tmp/pomona-setup.sh", setup)
-            result = sandbox.exec("bash /tmp/pomona-setup.sh && rm -f /tmp/pomona-setup.sh",
-                                  cwd=self.environment.workdir, timeout=600)
+            result = sandbox.exec(
+                "bash /tmp/pomona-setup.sh && rm -f /tmp/pomona-setup.sh", cwd=workdir, timeout=600
+            )
             if result.exit_code != 0:
-                raise RuntimeError(f"task {self.id}: environment setup failed: {result.stderr.strip()}")
+                raise RuntimeError(
+                    f"task {self.id}: environment setup failed: {result.stderr.strip()}"
+                )
             install_pytest(sandbox)
-        health = self.metadata.get("healthcheck")
-        if health and sandbox.exec(health, cwd=self.environment.workdir, timeout=60).exit_code != 0:
-            raise RuntimeError(f"task {self.id}: the environment's healthcheck failed: {health}")
+        if self.config.healthcheck:
+            run_healthcheck(sandbox, self.config.healthcheck, workdir, f"task {self.id}")
+
+    # --- multi-step --------------------------------------------------------------------------
+
+    def _begin_step(self, sandbox: Any, step: StepConfig) -> None:
+        """harbor's step setup: the step's workdir/ files copied into the workdir as the agent's
+        user, its setup.sh run there, its healthcheck; a shared verifier's leftovers cleared."""
+        workdir, user = self.environment.workdir, self.environment.user
+        clear = (
+            "rm -rf /tests /logs/verifier && "
+            if self.scorer.resolved_mode(step) == "shared"
+            else ""
+        )
+        marked = sandbox.exec(
+            f"{clear}printf %s {shlex.quote(step.name)} > {STEP_MARKER} && chmod 644 {STEP_MARKER}",
+            user="root",
+            timeout=60,
+        )
+        if marked.exit_code != 0:
+            raise RuntimeError(f"step {step.name!r}: {marked.stderr.strip()}")
+        files = Path(self.metadata["task_dir"]) / "steps" / step.name / "workdir"
+        if files.is_dir():
+            staging = f"/tmp/pomona-step-{step.name}"
+            sandbox.upload_dir(staging, sanitized(_tar_dir(files)))
+            sandbox.exec(f"chmod -R a+rX {shlex.quote(staging)}", user="root", timeout=60)
+            copied = sandbox.exec(
+                f"cp -R {shlex.quote(staging)}/. {shlex.quote(workdir)}/", user=user, timeout=120
+            )
+            sandbox.exec(f"rm -rf {shlex.quote(staging)}", user="root", timeout=60)
+            if copied.exit_code != 0:
+                raise RuntimeError(
+                    f"step {step.name!r}: could not copy its workdir files: {copied.stderr.strip()}"
+                )
+            if (files / "setup.sh").is_file():
+                done = sandbox.exec("bash setup.sh", cwd=workdir, user=user, timeout=600)
+                if done.exit_code != 0:
+                    raise RuntimeError(
+                        f"step {step.name!r}: setup.sh exited {done.exit_code}: "
+                        f"{done.stderr.strip()}"
+                    )
+        if step.healthcheck:
+            run_healthcheck(sandbox, step.healthcheck, workdir, f"step {step.name!r}")
+
+    def _verify_step(self, sandbox: Any, progress: _Progress) -> dict[str, Any]:
+        step = self.steps[progress.index]
+        artifacts = self.scorer.verify_phase(self, sandbox, step)  # type: ignore[attr-defined]
+        rewards = parse_reward(artifacts["files"])
+        verdict = {
+            "step": step.name,
+            "rewards": rewards,
+            "mode": artifacts.get("mode"),
+            "network": artifacts.get("network"),
+            "test_stdout": artifacts["files"].get("test-stdout.txt", "")[-2000:],
+        }
+        progress.verdicts.append(verdict)
+        return verdict
+
+    def _progress_of(self, sandbox: Any) -> _Progress:
+        with self._lock:
+            progress = self._progress.get(sandbox)
+        if progress is None:
+            raise VerifierError(
+                f"task {self.id}: this sandbox was not prepared for the task (Task.prepare)"
+            )
+        return progress
+
+    def next_turn(self, sandbox: Any) -> Turn | None:
+        if not self.steps:
+            return None
+        progress = self._progress_of(sandbox)
+        if progress.stopped or progress.index == len(self.steps) - 1:
+            return None  # evaluate() verifies the step the agent ended on
+        step = self.steps[progress.index]
+        verdict = self._verify_step(sandbox, progress)
+        if _falls_short(verdict["rewards"], step.min_reward):
+            progress.stopped = True
+            return None
+        progress.index += 1
+        following = self.steps[progress.index]
+        self._begin_step(sandbox, following)
+        return Turn(
+            self.metadata["instructions"][progress.index], self.config.agent_timeout_of(following)
+        )
+
+    def evaluate(self, sandbox: Any, run: Any = None, proxy: Any = None) -> Score:
+        if not self.steps:
+            return super().evaluate(sandbox, run, proxy)
+        progress = self._progress_of(sandbox)
+        if not progress.stopped:
+            self._verify_step(sandbox, progress)
+        with self._lock:
+            self._progress.pop(sandbox, None)
+        reached = len(progress.verdicts)
+        unreached = (
+            []
+            if progress.stopped
+            else [{"step": s.name, "rewards": {}, "reached": False} for s in self.steps[reached:]]
+        )
+        counted = progress.verdicts + unreached
+        rewards = combine([v["rewards"] for v in counted], self.config.reward_strategy)
+        reward = reward_of(rewards)
+        return Score(
+            reward=reward,
+            resolved=reward == 1.0,
+            details={
+                "rewards": rewards,
+                "steps": counted,
+                "strategy": self.config.reward_strategy,
+                "stopped_after": progress.verdicts[-1]["step"] if progress.stopped else None,
+                "verifier_mode": progress.verdicts[-1]["mode"],
+            },
+        )
 
 
-def solve_commands(solve_sh: str, env: dict[str, str] | None = None) -> list[str]:
-    """The oracle's script: solve.sh written to /tmp/solution and run, as one shell command."""
-    data = base64.b64encode(solve_sh.encode()).decode()
-    exports = "".join(f"export {k}={_q(v)} && " for k, v in (env or {}).items())
-    return [f"{exports}mkdir -p /tmp/solution && echo {data} | base64 -d > /tmp/solution/solve.sh && "
-            "bash /tmp/solution/solve.sh"]
+def combine(steps: list[dict[str, float]], strategy: str) -> dict[str, float]:
+    """harbor's trial reward from its steps' rewards: `final` is the last step's, `mean` the
+    mean per key over the steps (a key a step lacks counts 0)."""
+    if strategy == "final":
+        return steps[-1] or {"reward": 0.0}
+    keys = sorted({k for rewards in steps for k in rewards}) or ["reward"]
+    return {k: sum(rewards.get(k, 0.0) for rewards in steps) / len(steps) for k in keys}
 
 
-def load_task(task_dir: str | Path, benchmark: str = "terminal-bench",
-              verifier_mode: str | None = None) -> TbTask:
+def _falls_short(rewards: dict[str, float], minimum: float | dict[str, float] | None) -> bool:
+    """harbor's gate: a number gates the `reward` key, a table each key it names; a missing key
+    counts as minus infinity."""
+    if minimum is None:
+        return False
+    wanted = {"reward": minimum} if isinstance(minimum, float) else minimum
+    return any(rewards.get(k, float("-inf")) < v for k, v in wanted.items())
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+def _compose_services(task_dir: Path) -> list[str]:
+    """The sidecar services a task's docker-compose.yaml declares (every service but main)."""
+    path = task_dir / "environment" / "docker-compose.yaml"
+    if not path.is_file():
+        return []
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from None
+    services = doc.get("services") if isinstance(doc, dict) else None
+    return sorted(s for s in (services or {}) if s != "main")
+
+
+def _step_instruction(task_dir: Path, step: StepConfig) -> str:
+    path = task_dir / "steps" / step.name / "instruction.md"
+    if not path.is_file():
+        raise ValueError(f"{task_dir}: step {step.name!r} has no steps/{step.name}/instruction.md")
+    return strip_canary(path.read_text())
+
+
+def _oracle(task_dir: Path, cfg: TbConfig) -> tuple[str, ...] | None:
+    env = resolve_env(cfg.solution_env)
+    shared = task_dir / "solution" / "solve.sh"
+    if not cfg.steps:
+        return tuple(solve_commands(shared.read_text(), env)) if shared.is_file() else None
+    solutions = {}
+    for step in cfg.steps:
+        own = task_dir / "steps" / step.name / "solution" / "solve.sh"
+        chosen = own if own.is_file() else shared
+        if not chosen.is_file():
+            return None
+        solutions[step.name] = chosen.read_text()
+    return tuple(steps_solve_command(solutions, env))
+
+
+def _agent_sandbox(task_dir: Path, cfg: TbConfig) -> tuple[str, str | None]:
+    """The agent sandbox's network and user, the same for every step: a Pomona sandbox keeps
+    both from its creation (harbor likewise refuses to switch a static environment's policy)."""
+    phases = cfg.steps or (None,)
+    networks = {cfg.agent_phase(s).agent_sandbox() for s in phases}
+    users = {(s.agent_user if s and s.agent_user else cfg.agent_user) for s in phases}
+    if len(networks) > 1:
+        raise ValueError(
+            f"{task_dir}: steps ask for different agent networks "
+            f"({', '.join(sorted(networks))}), but a sandbox keeps the network it "
+            "was created with"
+        )
+    if len(users) > 1:
+        raise ValueError(
+            f"{task_dir}: steps run the agent as different users, but a sandbox "
+            "keeps the user it was created with"
+        )
+    return networks.pop(), users.pop()
+
+
+def load_task(
+    task_dir: str | Path, benchmark: str = "terminal-bench", verifier_mode: str | None = None
+) -> TbTask:
     task_dir = Path(task_dir)
     cfg = read_config(task_dir)
     if not cfg.image:
-        raise ValueError(f"{task_dir}: no prebuilt image; Pomona does not build Dockerfiles: set "
-                         "[environment] docker_image (or [metadata] pomona_image)")
+        raise ValueError(
+            f"{task_dir}: no prebuilt image; Pomona does not build Dockerfiles: set "
+            "[environment] docker_image (or [metadata] pomona_image)"
+        )
+    if services := _compose_services(task_dir):
+        raise ValueError(f"{task_dir}: sidecar services ({', '.join(services)}) are not supported")
+    network, agent_user = _agent_sandbox(task_dir, cfg)
+    scorer = TbScorer(task_dir, cfg, verifier_mode)
+    for step in cfg.steps or (None,):
+        scorer.check_network(network, step)
     setup = task_dir / "environment" / "setup.sh"
-    solve = task_dir / "solution" / "solve.sh"
     host = cfg.image == "host"
-    user = cfg.agent_user or ("pomona" if host else "root")
+    if cfg.steps:
+        instructions = [_step_instruction(task_dir, s) for s in cfg.steps]
+    else:
+        instructions = [strip_canary((task_dir / "instruction.md").read_text())]
+    first = cfg.steps[0] if cfg.steps else None
     return TbTask(
-        id=cfg.name or f"{benchmark}/{task_dir.name}", benchmark=benchmark,
-        instruction=(task_dir / "instruction.md").read_text(),
-        scorer=TbScorer(task_dir, cfg, verifier_mode),
-        environment=Environment(image=cfg.image, workdir=cfg.workdir, user=user),
-        solution=(tuple(solve_commands(solve.read_text(), resolve_env(cfg.solution_env)))
-                  if solve.is_file() else None),
-        metadata={"task_dir": str(task_dir), "config": cfg.raw, "agent_timeout": cfg.agent_timeout,
-                  "setup_script": setup.read_text() if setup.is_file() and host else None,
-                  "healthcheck": cfg.healthcheck, "mcp_servers": list(cfg.mcp_servers)})
+        id=cfg.name or f"{benchmark}/{task_dir.name}",
+        benchmark=benchmark,
+        instruction=instructions[0],
+        scorer=scorer,
+        environment=Environment(
+            image=cfg.image,
+            workdir=cfg.workdir,
+            user=agent_user or ("pomona" if host else "root"),
+            mcp=cfg.mcp_servers,
+            network=network,
+            env=resolve_env(cfg.env),
+        ),
+        solution=_oracle(task_dir, cfg),
+        metadata={
+            "task_dir": str(task_dir),
+            "config": cfg.raw,
+            "agent_timeout": cfg.agent_timeout_of(first),
+            "instructions": instructions,
+            "setup_script": setup.read_text() if setup.is_file() and host else None,
+            "healthcheck": cfg.healthcheck.command if cfg.healthcheck else None,
+            "mcp_servers": [s.name for s in cfg.mcp_servers],
+            "steps": [s.name for s in cfg.steps],
+        },
+    )
 
 
-def tasks(root: str | Path = DATA, benchmark: str = "terminal-bench",
-          verifier_mode: str | None = None) -> list[TbTask]:
+def tasks(
+    root: str | Path = DATA, benchmark: str = "terminal-bench", verifier_mode: str | None = None
+) -> list[TbTask]:
     """Every task directory (one holding task.toml) under `root`, by name."""
     dirs = sorted(p.parent for p in Path(root).glob("*/task.toml"))
     if not dirs:

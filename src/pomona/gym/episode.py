@@ -12,6 +12,7 @@ import contextlib
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pomona.benchmarks import builtin
-from pomona.benchmarks.task import Score, Task
+from pomona.benchmarks.task import Score, Task, Turn
 from pomona.errors import SandboxError
 from pomona.harnesses import payload
 from pomona.harnesses.base import Harness
@@ -122,16 +123,18 @@ def start_sandbox(
     ttl: float = 3600,
     labels: dict[str, str] | None = None,
 ) -> Sandbox:
-    """A sandbox for the task that reaches the proxy and nothing else, payload mounted, task laid
-    out. A sandbox whose setup fails is deleted before the error goes up."""
+    """A sandbox for the task that reaches the proxy and nothing else (or, where the task asks
+    for it, the whole network), payload mounted, task laid out. A sandbox whose setup fails is
+    deleted before the error goes up."""
     env = task.environment
     sandbox = client.create_sandbox(
         image or env.image,
-        network="gateway",
-        gateway=link.gateway(),
+        network=env.network,
+        gateway=link.gateway() if env.network == "gateway" else None,
         mounts=[tools_mount()],
         workdir=env.workdir,
         user=env.user,
+        env=env.env,
         timeout=ttl,
         labels={"task": task.id[:63], **(labels or {})},
     )
@@ -208,6 +211,41 @@ def sandbox_lost(sandbox: Sandbox | None) -> bool:
     return False
 
 
+def next_turn(task: Task, sandbox: Sandbox) -> tuple[Turn | None, str, str | None]:
+    """What the task asks next once the agent is done (a multi-step task's next step), or why
+    the episode cannot go on (`sandbox` lost, `verifier`: the step's check or set-up broke)."""
+    try:
+        return task.next_turn(sandbox), "none", None
+    except SandboxError as e:
+        return None, "sandbox", f"the sandbox was lost between two turns: {e}"
+    except Exception as e:  # noqa: BLE001 - a broken step check is data, not a crash
+        return None, "verifier", f"the task could not go on to its next turn: {e!r}"
+
+
+@contextlib.contextmanager
+def kept_alive(sandbox: Sandbox, ttl: float, budget: float) -> Iterator[None]:
+    """Heartbeats while a turn longer than the sandbox's TTL allows runs (a later step of a
+    multi-step task may have more time than the first, which set the TTL)."""
+    sandbox.heartbeat()
+    if budget + 600 <= ttl:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(ttl / 3):
+            with contextlib.suppress(Exception):
+                sandbox.heartbeat()
+
+    beater = threading.Thread(target=beat, daemon=True, name="pomona-heartbeat")
+    beater.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beater.join()
+
+
 def failure_of(error: BaseException, sandbox: Sandbox | None = None) -> tuple[str, str]:
     """The failure kind of an exception raised while running an episode: a sandbox that
     vanished under the harness shows up as odd harness errors, so its loss is checked first."""
@@ -252,16 +290,27 @@ def run_episode(
                                 labels={"run": run_id})
         timings["sandbox"] = time.monotonic() - t0
         record.harness_started_at = time.time()
-        t1 = time.monotonic()
-        result: HarnessResult = run(h, task.instruction, sandbox, name, link, timeout=timeout,
-                                    dialect=dialect, episode=ep, close=False,
-                                    mcp=task.environment.mcp)
-        timings["harness"] = time.monotonic() - t1
-        record.final_answer, record.calls = result.final_answer, result.calls
-        record.failure_kind, record.failure_message = result.failure_kind, result.failure_message
+        turn: Turn | None = Turn(task.instruction, timeout)
+        number = 0
+        while turn is not None:  # one turn for most tasks; a multi-step task's steps in turn
+            budget = turn.timeout or timeout
+            t1 = time.monotonic()
+            with kept_alive(sandbox, timeout + 600, budget):
+                result: HarnessResult = run(h, turn.instruction, sandbox, name, link,
+                                            timeout=budget, dialect=dialect, episode=ep,
+                                            close=False, mcp=task.environment.mcp)
+            timings["harness"] = timings.get("harness", 0.0) + time.monotonic() - t1
+            record.final_answer, record.calls = result.final_answer, result.calls
+            record.failure_kind, record.failure_message = result.failure_kind, result.failure_message
+            prefix = f"turn-{number}/" if number else ""  # the turns' transcripts side by side
+            record.artifacts += save_artifacts(
+                link, ep["key"], {prefix + k: v for k, v in result.artifacts.items()})
+            if not record.ran:
+                break
+            turn, record.failure_kind, record.failure_message = next_turn(task, sandbox)
+            number += 1
         if not record.ran and sandbox_lost(sandbox):
             record.failure_kind = "sandbox"
-        record.artifacts = save_artifacts(link, ep["key"], result.artifacts)
         if record.ran:
             t2 = time.monotonic()
             verdict, record.failure_kind, record.failure_message = score(task, sandbox, result,

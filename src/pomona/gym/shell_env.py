@@ -8,7 +8,8 @@
 Observation: {"output": stdout then stderr of the command, clipped to `output_chars` (head and
 tail kept) and limited to printable ASCII (the exact text is in info["output"]), "exit_code"}.
 After reset the output is the task's instruction. The episode terminates when the action is
-"submit" and is truncated when `max_steps` commands have run; either way the scorer runs. An
+"submit" and is truncated when `max_steps` commands have run; either way the scorer runs (a
+multi-step task answers a "submit" with its next step's instruction until its last step). An
 infrastructure failure (sandbox lost, scorer crashed) ends the episode with info["failure"]
 set to its kind and reward 0.0, which rollouts must not count as a failed attempt.
 """
@@ -81,7 +82,7 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
         client = shared_client(self.runtime, self.state_dir)
         env = self.task.environment
         self.sandbox = client.create_sandbox(self.image or env.image, network=self.network,
-                                             workdir=env.workdir, user=env.user,
+                                             workdir=env.workdir, user=env.user, env=env.env,
                                              labels={"task": self.task.id[:63]})
         self.task.prepare(self.sandbox)
         self.steps = 0
@@ -92,6 +93,15 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
         if self.sandbox is None or self.task is None:
             raise RuntimeError("call reset() before step()")
         if action.strip() == SUBMIT:
+            try:  # a multi-step task checks the step and gives the next one
+                turn = self.task.next_turn(self.sandbox)
+            except SandboxError as e:
+                return self._fail("sandbox", str(e))
+            except Exception as e:  # noqa: BLE001 - a broken step check is data, not a crash
+                return self._fail("verifier", repr(e))
+            if turn is not None:
+                return self._obs(turn.instruction, 0), 0.0, False, False, {
+                    "output": "", "instruction": turn.instruction}
             return self._finish(self._obs("submitted", 0), terminated=True, info={"output": ""})
         self.steps += 1
         try:

@@ -1,0 +1,326 @@
+"""What a Terminal-Bench task may ask for beyond one instruction and one test script, run for real
+through harnesses: multi-step tasks (one episode, a harness run per step, each step verified in
+its own sandbox), the task's MCP servers given to the harness, per-phase network policies (the
+agent and the verifier each on their own), per-task agent timeouts; and task.toml read as
+harbor reads it, refusing with the reason what Pomona cannot honour."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pomona.benchmarks import terminal_bench as tb
+from pomona.benchmarks.terminal_bench_config import Network, read_config
+from pomona.gym.episode import EpisodeRecord, read_calls, run_episode
+from pomona.harnesses import payload
+from pomona.harnesses.proxy_link import ProxyLink
+from pomona.proxy import ProxyConfig, ProxyServer
+from tests.benchmarks.test_terminal_bench import TASKS, copy_task, play
+
+EXTRAS = tb.DATA / "extras"
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyLink]:
+    with ProxyServer(ProxyConfig(trajectories=tmp_path_factory.mktemp("runs"))) as server:
+        yield ProxyLink.of(server)
+
+
+def episode(
+    task: tb.TbTask,
+    harness: str,
+    proxy: ProxyLink,
+    client: Any,
+    solution: tuple[str, ...] | None = None,
+) -> EpisodeRecord:
+    """One harness episode with the oracle model (replaying `solution` when given)."""
+    if missing := payload.ensure([harness]):
+        pytest.fail(f"harness payload unavailable: {missing}")
+    if solution is not None:
+        import dataclasses
+
+        task = dataclasses.replace(task, solution=solution)
+    return run_episode(task, harness, "oracle", proxy=proxy, client=client, timeout=600)
+
+
+# --- task.toml ---------------------------------------------------------------------------------
+
+
+def write(d: Path, toml: str) -> Path:
+    (d / "task.toml").write_text(toml)
+    return d
+
+
+def test_task_toml_is_read_as_harbor_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = copy_task(tmp_path, "count-errors")
+    text = (d / "task.toml").read_text()
+    cfg = read_config(d)
+    assert (cfg.verifier_mode(), cfg.agent_timeout, cfg.verifier.timeout) == (
+        "separate",
+        600.0,
+        300.0,
+    )
+    assert [a.source for a in cfg.artifacts] == ["/app/report.json"]
+    # allow_internet = false is the legacy spelling of no-network, for both phases
+    assert (cfg.agent_phase(), cfg.verifier_phase()) == (Network("no-network"),) * 2
+    assert tb.load_task(d).environment.network == "gateway"  # the agent always has the proxy
+    # a baseline left unset is public, as in harbor; a phase override wins over it
+    public = text.replace("allow_internet = false\n", "")
+    cfg = read_config(write(d, public + '\n[verifier.environment]\nnetwork_mode = "no-network"\n'))
+    assert (cfg.agent_phase(), cfg.verifier_phase()) == (Network("public"), Network("no-network"))
+    assert tb.load_task(d).environment.network == "full"
+    shared = text.replace('environment_mode = "separate"', 'environment_mode = "shared"')
+    cfg = read_config(
+        write(
+            d,
+            shared.replace(
+                "[verifier]\n",
+                '[verifier]\nuser = "agent"\nenv = { TOKEN = "${POMONA_TEST_TOKEN:-none}" }\n',
+            )
+            + '\n[[verifier.collect]]\ncommand = "echo collected"\n',
+        )
+    )
+    assert cfg.verifier_mode() == "shared" and tb.load_task(d).scorer.resolved_mode() == "fork"
+    assert (cfg.verifier.user, cfg.verifier.collect[0].command) == ("pomona", "echo collected")
+    monkeypatch.setenv("POMONA_TEST_TOKEN", "t0k")
+    assert tb.resolve_env(cfg.verifier.env) == {"TOKEN": "t0k"}
+
+
+def test_steps_inherit_as_in_harbor() -> None:
+    task = next(t for t in TASKS if t.metadata["steps"])
+    cfg = task.config
+    convert, restock = cfg.steps
+    assert (convert.min_reward, cfg.agent_timeout_of(convert), cfg.agent_timeout_of(restock)) == (
+        1.0,
+        600.0,
+        300.0,
+    )
+    assert task.agent_timeout(900) == 600.0  # the first turn's budget
+    assert [a.source for a in restock.artifacts] == ["/app/reports"]
+    assert cfg.verifier_mode(restock) == "separate"  # inherited from [verifier]
+    assert task.instruction.startswith("/app/inventory.csv")
+    assert task.metadata["instructions"][1].startswith("A delivery has arrived")
+
+
+REFUSED = [
+    ('[[steps]]\nname = "../up"\n', "portable directory name"),
+    ('[[steps]]\nname = "a"\n[[steps]]\nname = "A"\n', "unique"),
+    (
+        '[environment]\nnetwork_mode = "no-network"\n[[steps]]\nname = "a"\n[steps.agent]\n'
+        'network_mode = "public"\n[[steps]]\nname = "b"\n',
+        "different agent networks",
+    ),
+    (
+        '[[steps]]\nname = "a"\n[steps.agent]\nuser = "root"\n[[steps]]\nname = "b"\n',
+        "different users",
+    ),
+    ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allow-list"),
+    ('[agent]\nallowed_hosts = ["pypi.org"]\n', "only valid with network_mode"),
+    ('[environment]\nos = "windows"\n', "Linux only"),
+    ("[environment]\ngpus = 1\n", "GPUs"),
+    ('artifacts = [{ source = "/x", service = "db" }]\n', "sidecar"),
+    ('[[verifier.collect]]\ncommand = "x"\nservice = "db"\n', "sidecar"),
+    ('[[environment.mcp_servers]]\nname = "docs"\nurl = "http://docs:8000/sse"\n', "sse"),
+    (
+        '[[environment.mcp_servers]]\nname = "x y"\ntransport = "stdio"\ncommand = "/bin/x"\n',
+        "letters, digits",
+    ),
+    ('[[environment.mcp_servers]]\nname = "x"\ntransport = "stdio"\n', "command"),
+    (
+        '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n',
+        "conflicts",
+    ),
+    # a fork keeps the agent's network: a verifier that needs the internet cannot have it there
+    ('[agent]\nnetwork_mode = "no-network"\n[verifier]\nnetwork_mode = "public"\n', "fork"),
+    ("not [ toml", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("toml", "message"), REFUSED, ids=[m for _, m in REFUSED])
+def test_what_cannot_work_is_refused_with_the_reason(
+    tmp_path: Path, toml: str, message: str
+) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "instruction.md").write_text("do it\n")
+    write(d, toml + '\n[metadata]\npomona_image = "host"\n')
+    with pytest.raises(ValueError, match=message):
+        tb.load_task(d)
+
+
+def test_sidecar_services_are_refused_with_the_reason(tmp_path: Path) -> None:
+    d = copy_task(tmp_path, "count-errors")
+    (d / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  main:\n    build: .\n  db:\n    image: postgres:16\n"
+    )
+    with pytest.raises(ValueError, match=r"sidecar services \(db\)"):
+        tb.load_task(d)
+
+
+# --- multi-step tasks ----------------------------------------------------------------------------
+
+
+def test_a_multi_step_task_through_a_harness(client: Any, proxy: ProxyLink) -> None:
+    """One episode, one sandbox, a fresh harness session per step: the oracle (the same command
+    every step, running the step's own solution) solves both steps, each verified in its own
+    sandbox before the next step's files arrive."""
+    task = next(t for t in TASKS if t.metadata["steps"])
+    record = episode(task, "pi", proxy, client)
+    assert (record.failure_kind, record.reward) == ("none", 1.0), record.failure_message
+    steps = record.score["details"]["steps"]
+    assert [(s["step"], s["rewards"], s["mode"], s["network"]) for s in steps] == [
+        ("convert", {"reward": 1.0}, "separate", "none"),
+        ("restock", {"reward": 1.0}, "separate", "none"),
+    ]
+    prompts = [c["request"] for c in read_calls(proxy, record.episode)]
+    assert sum("/app/inventory.csv lists" in p for p in prompts) >= 1
+    assert sum("A delivery has arrived" in p for p in prompts) >= 1
+    assert not any("/app/inventory.csv lists" in p and "A delivery" in p for p in prompts)
+
+
+def test_a_step_left_undone_counts_zero(state_dir: str) -> None:
+    task = next(t for t in TASKS if t.metadata["steps"])
+    reward, info = play(state_dir, task, oracle=True, steps=1)  # step 2 gets no commands
+    details = info["score"]["details"]
+    assert (reward, [s["rewards"]["reward"] for s in details["steps"]]) == (0.5, [1.0, 0.0])
+    assert details["stopped_after"] is None and details["strategy"] == "mean"
+
+
+# --- MCP servers ---------------------------------------------------------------------------------
+
+
+def test_the_tasks_mcp_server_reaches_the_harness(client: Any, proxy: ProxyLink) -> None:
+    """The scripted model calls the task's own MCP tool through Claude Code's MCP client: the
+    registry records the release, and the separate verifier finds it there."""
+    task = tb.load_task(EXTRAS / "mcp-release")
+    (server,) = task.environment.mcp
+    assert (server.name, server.command) == (
+        "registry",
+        ("/usr/bin/python3", "/app/.registry/server.py"),
+    )
+    call = json.dumps({"tool": "publish", "server": "registry", "arguments": {"version": "2.4.1"}})
+    record = episode(task, "claude-code", proxy, client, solution=(call,))
+    assert (record.failure_kind, record.reward) == ("none", 1.0), record.failure_message
+    assert any("published 2.4.1" in c["request"] for c in read_calls(proxy, record.episode))
+    # a harness without an MCP client cannot take the task: an infra failure, not a 0
+    record = episode(task, "pi", proxy, client)
+    assert (record.failure_kind, record.reward) == ("harness", None)
+    assert "MCP" in record.failure_message
+
+
+# --- per-phase network policy --------------------------------------------------------------------
+
+
+class _AnswerKey(http.server.BaseHTTPRequestHandler):
+    """A grading service on the host's loopback: it serves the answer key and remembers every
+    path asked for."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        self.seen.append(self.path)
+        body = json.dumps({"river": 3, "mill": 2, "wheel": 2, "miller": 2}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def answer_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AnswerKey)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("POMONA_TB_ANSWER_KEY_URL", f"{url}/key")
+    _AnswerKey.seen = []
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_agent_and_verifier_each_get_their_own_network(
+    client: Any, proxy: ProxyLink, answer_key: str, tmp_path: Path
+) -> None:
+    """The agent (no network: the model proxy only) cannot reach the grading service; the
+    verifier (public) fetches the answer key from it. With a public agent phase the agent
+    reaches it too."""
+    task = tb.load_task(EXTRAS / "answer-key")
+    probe = (
+        f"python3 -c \"import urllib.request as u; u.urlopen('{answer_key}/probe', timeout=10)\""
+        " || echo unreachable"
+    )
+    record = episode(task, "pi", proxy, client, solution=(probe, *task.solution))
+    assert (record.failure_kind, record.reward) == ("none", 1.0), record.failure_message
+    assert record.score["details"]["verifier_network"] == "full"
+    assert _AnswerKey.seen == ["/key"]  # the verifier's fetch, and no probe from the agent
+    d = copy_task(tmp_path, "answer-key", root=EXTRAS)
+    write(
+        d, (d / "task.toml").read_text().replace("[agent]\n", '[agent]\nnetwork_mode = "public"\n')
+    )
+    record = episode(tb.load_task(d), "pi", proxy, client, solution=(probe, *task.solution))
+    assert (record.failure_kind, record.reward) == ("none", 1.0), record.failure_message
+    assert _AnswerKey.seen == ["/key", "/probe", "/key"]
+
+
+def test_a_verifier_without_the_network_it_needs_is_a_verifier_failure(
+    state_dir: str, answer_key: str, tmp_path: Path
+) -> None:
+    d = copy_task(tmp_path, "answer-key", root=EXTRAS)
+    write(
+        d,
+        (d / "task.toml")
+        .read_text()
+        .replace('network_mode = "public"\nenv', 'network_mode = "no-network"\nenv'),
+    )
+    reward, info = play(state_dir, tb.load_task(d), oracle=True)
+    assert info["failure"] == "verifier" and "RewardFileNotFoundError" in info["error"], info
+    assert _AnswerKey.seen == []
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+
+def test_the_tasks_own_agent_timeout_is_applied(
+    client: Any, proxy: ProxyLink, tmp_path: Path
+) -> None:
+    d = copy_task(tmp_path, "nested-archive", {"solution/solve.sh": "#!/bin/bash\nsleep 300\n"})
+    write(
+        d,
+        (d / "task.toml")
+        .read_text()
+        .replace("[agent]\ntimeout_sec = 600.0", "[agent]\ntimeout_sec = 5.0"),
+    )
+    task = tb.load_task(d)
+    assert task.agent_timeout(600) == 5.0
+    record = episode(task, "pi", proxy, client)
+    assert record.failure_kind == "timeout", record.failure_message
+
+
+@pytest.mark.parametrize("name", ["mcp-release", "answer-key"])
+def test_extras_oracle_scores_one_and_noop_scores_zero(
+    state_dir: str, answer_key: str, name: str
+) -> None:
+    """The extra tasks (an MCP server; a grading service) are whole harbor tasks too: their
+    oracle (speaking JSON-RPC to the registry itself; counting words) passes, doing nothing
+    fails."""
+    task = tb.load_task(EXTRAS / name)
+    for f in ("instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"):
+        assert (EXTRAS / name / f).is_file(), f
+    assert play(state_dir, task, oracle=True)[0] == 1.0
+    reward, info = play(state_dir, task, oracle=False)
+    assert (reward, info["failure"]) == (0.0, "none"), info
