@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pomona import trajectories
-from pomona.benchmarks import leaderboard, swe_tasks, swebench
+from pomona.benchmarks import leaderboard, swe_tasks, swebench, terminal_bench
 from pomona.cli import main
 from pomona.gym.proxies import shared_proxy
 from pomona.gym.rollout import rollout
@@ -46,7 +46,7 @@ def test_oracle_resolves_every_local_task(harness: str, state_dir: str, tmp_path
         if benchmark == "swe-local":
             assert result.swe_report["resolved_instances"] == len(result.records) >= 6
     rows = trajectories.read(runs, "episodes").to_pylist()
-    assert len(rows) == 6 + 4
+    assert len(rows) == 6 + len(terminal_bench.tasks())
     assert {(r["harness"], r["model"], r["runtime"], r["failure_kind"]) for r in rows} == {
         (harness, "oracle", "local", "none")}
     assert all(r["resolved"] and r["num_calls"] >= 1 for r in rows)
