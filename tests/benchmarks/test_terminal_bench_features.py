@@ -186,6 +186,31 @@ def test_a_multi_step_task_through_a_harness(client: Any, proxy: ProxyLink) -> N
     assert not any("/app/inventory.csv lists" in p and "A delivery" in p for p in prompts)
 
 
+def test_a_multi_step_task_call_by_call(state_dir: str, proxy: ProxyLink) -> None:
+    """ModelCallEnv: the policy answers every model call of pi; when pi finishes a step, the
+    step is checked and pi starts again on the next one, its calls still coming as steps."""
+    from pomona.gym.model_call_env import ModelCallEnv
+    from tests.gym.conftest import solve_with
+
+    task = next(t for t in TASKS if t.metadata["steps"])
+    if missing := payload.ensure(["pi"]):
+        pytest.fail(f"harness payload unavailable: {missing}")
+    env = ModelCallEnv(harness="pi", tasks=[task], state_dir=state_dir, proxy=proxy)
+    policy, seen = solve_with(list(task.solution)), []
+    try:
+        obs, info = env.reset(options={"task": task.id})
+        for _ in range(12):
+            seen.append(obs["messages"])
+            obs, reward, terminated, truncated, info = env.step(policy(obs))
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    assert (info["failure"], reward, terminated) == ("none", 1.0, True), info
+    assert [s["step"] for s in info["score"]["details"]["steps"]] == ["convert", "restock"]
+    assert any("A delivery has arrived" in m for m in seen)
+
+
 def test_a_step_left_undone_counts_zero(state_dir: str) -> None:
     task = next(t for t in TASKS if t.metadata["steps"])
     reward, info = play(state_dir, task, oracle=True, steps=1)  # step 2 gets no commands

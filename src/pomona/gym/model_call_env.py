@@ -21,6 +21,10 @@ After the last step both lists are "[]". The decoded forms are in info["messages
 Action (Text): {"text": ..., "tool_calls": [{"name", "arguments": {...}}]} as a dict or JSON
 text; any other text is the assistant's plain reply.
 
+A multi-step task's steps follow one another in the same episode: when the harness finishes a
+step, the task checks it and the harness is started again on the next step's instruction (its
+calls keep coming as steps).
+
 Reward: the task scorer's, once the harness exits (terminated) or at its first call after
 `max_steps` replies (the harness is stopped there, truncated). Failures end the episode with info["failure"] set and reward 0.0,
 which must not be counted as an attempt: `timeout` (the policy let a call wait longer than
@@ -42,7 +46,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from pomona.benchmarks import builtin
-from pomona.benchmarks.task import Task
+from pomona.benchmarks.task import Task, Turn
 from pomona.gym import episode as ep
 from pomona.gym.proxies import shared_proxy
 from pomona.gym.sandboxes import shared_client
@@ -65,20 +69,29 @@ def _json(value: Any) -> str:
 
 
 class _HarnessRun:
-    """A harness run in a background thread; the policy is closed when it ends, so a step
-    waiting for the next call wakes up."""
+    """A harness run in a background thread (a multi-step task's steps, one run each, in turn);
+    the policy is closed when it ends, so a step waiting for the next call wakes up."""
 
-    def __init__(self, policy: Policy, **kwargs: Any):
+    def __init__(self, policy: Policy, task: Task, **kwargs: Any):
         self.policy = policy
         self.result: HarnessResult | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True,
-                                       name="pomona-model-call-env")
+        self.failure: tuple[str, str | None] | None = None  # the task could not go on
+        self.thread = threading.Thread(target=self._main, args=(task,), kwargs=kwargs,
+                                       daemon=True, name="pomona-model-call-env")
         self.thread.start()
 
-    def _main(self, **kwargs: Any) -> None:
+    def _main(self, task: Task, task_prompt: str, timeout: float, **kwargs: Any) -> None:
         try:
-            self.result = run(**kwargs)
+            turn: Turn | None = Turn(task_prompt, timeout)
+            while turn is not None and not self.policy.closed:
+                self.result = run(task_prompt=turn.instruction, timeout=turn.timeout or timeout,
+                                  **kwargs)
+                if not self.result.ok:
+                    break
+                turn, kind, message = ep.next_turn(task, kwargs["sandbox"])
+                if kind != "none":
+                    self.failure = (kind, message)
         except BaseException as e:  # noqa: BLE001 - reported as the episode's failure
             self.error = e
         finally:
@@ -184,7 +197,8 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         except Exception as e:  # noqa: BLE001 - the episode ends at once, typed
             self._ended = self._end(*ep.failure_of(e))
             return self._obs(None), {**copy.deepcopy(self._ended[4]), "done": True}
-        self._run = _HarnessRun(self._policy, harness=h, task_prompt=self.task.instruction,
+        self._run = _HarnessRun(self._policy, self.task, harness=h,
+                                task_prompt=self.task.instruction,
                                 sandbox=self.sandbox, model=POLICY, proxy=self.link,
                                 timeout=self.harness_timeout, dialect=self.dialect,
                                 episode=opened, close=False)
@@ -249,6 +263,8 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         if kind is None and self._run is not None:
             if self._run.error is not None:
                 kind, message = ep.failure_of(self._run.error, self.sandbox)
+            elif self._run.failure is not None:
+                kind, message = self._run.failure
             elif truncated:
                 kind = "none"
             else:
