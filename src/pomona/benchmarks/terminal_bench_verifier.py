@@ -345,5 +345,6 @@ class TbScorer:
                 "test_exit_code": artifacts["exit_code"],
                 "verifier_mode": artifacts.get("mode"),
                 "verifier_network": artifacts.get("network"),
+                "collect": artifacts.get("collect", []),
             },
         )
