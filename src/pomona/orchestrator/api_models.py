@@ -33,28 +33,42 @@ class ErrorBody(BaseModel):
 
 
 class CreateSandboxRequest(SandboxSpec):
-    """A SandboxSpec plus the client-chosen id. Orchard's `block_network`, top-level `cpu` and
-    `memory` are accepted too and mapped onto `network` and `limits`."""
+    """A SandboxSpec plus the client-chosen id. Orchard's body is accepted too, as Orchard's API
+    reads it: `block_network` maps onto `network`, top-level `cpu` ("2", "2000m") and `memory`
+    onto `limits`, null for "the default", and its `timeout` (how long to wait for readiness; a
+    create here answers once the sandbox is ready) does not become the TTL."""
 
     sandbox_id: str | None = Field(None, description="client-chosen id: a retried create is a no-op")
 
     @model_validator(mode="before")
     @classmethod
     def _orchard_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict) and any(k in data for k in ("block_network", "cpu", "memory")):
-            data = dict(data)
-            if "block_network" in data:
-                blocked = data.pop("block_network")
-                data.setdefault("network", "none" if blocked in (True, None) else "full")
-            limits = dict(data.get("limits") or {})
-            for key in ("cpu", "memory"):
-                if key in data:
-                    limits[key] = data.pop(key)
-            data["limits"] = limits
+        if not (isinstance(data, dict) and any(k in data for k in ("block_network", "cpu", "memory"))):
+            return data
+        data = dict(data)
+        if "block_network" in data:
+            blocked = data.pop("block_network")
+            data.setdefault("network", "none" if blocked in (True, None) else "full")
+            data.pop("timeout", None)
+        limits = dict(data.get("limits") or {})
+        for key in ("cpu", "memory"):
+            if key in data:
+                limits[key] = data.pop(key)
+        if isinstance(cpu := limits.get("cpu"), str) and cpu.endswith("m"):
+            limits["cpu"] = _millicores(cpu)
+        data["limits"] = limits
         return data
 
     def spec(self) -> SandboxSpec:
         return SandboxSpec.model_validate(self.model_dump(exclude={"sandbox_id"}))
+
+
+def _millicores(value: str) -> float | str:
+    """Kubernetes' "2000m" as cores; anything else is left for the schema to refuse."""
+    try:
+        return float(value[:-1]) / 1000
+    except ValueError:
+        return value
 
 
 class SandboxView(SandboxInfo):
@@ -100,7 +114,9 @@ class Reaped(BaseModel):
 
 
 class ExecBody(ExecRequest):
-    """An ExecRequest plus job options. Orchard's `timeout_seconds` is accepted for `timeout`."""
+    """An ExecRequest plus job options. Orchard's body is accepted too, as Orchard's API reads
+    it: `timeout_seconds` for `timeout`, and null `timeout_seconds` or `env` for the default
+    (Orchard's SDK sends every optional field, unset ones as null)."""
 
     model_config = ConfigDict(extra="forbid")
     wait: bool = Field(False, description="answer with the finished job instead of its id")
@@ -110,10 +126,11 @@ class ExecBody(ExecRequest):
 
     @model_validator(mode="before")
     @classmethod
-    def _orchard_timeout(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "timeout_seconds" in data:
-            data = dict(data)
-            seconds = data.pop("timeout_seconds")
+    def _orchard_fields(cls, data: Any) -> Any:
+        if not (isinstance(data, dict) and ("timeout_seconds" in data or data.get("env", {}) is None)):
+            return data
+        data = {k: v for k, v in data.items() if not (k == "env" and v is None)}
+        if (seconds := data.pop("timeout_seconds", None)) is not None:
             data.setdefault("timeout", seconds)
         return data
 
@@ -148,7 +165,15 @@ class JobView(BaseModel):
                    exit_code=r.exit_code if r else None, timed_out=r.timed_out if r else False,
                    truncated=r.truncated if r else False, duration=r.duration if r else None,
                    created_at=job.created_at, started_at=job.started_at,
-                   completed_at=job.completed_at, error=job.error, error_type=job.error_type)
+                   completed_at=job.completed_at, error=job.error or cls._timeout(job),
+                   error_type=job.error_type)
+
+    @staticmethod
+    def _timeout(job: JobRecord) -> str | None:
+        """What Orchard's clients read in `error` for a command that ran out of time."""
+        if job.result is None or not job.result.timed_out:
+            return None
+        return f"the command timed out after {job.request.timeout:g} s; its process group was killed"
 
 
 # -- files, patches, snapshots -------------------------------------------------------------------
