@@ -222,43 +222,36 @@ def test_two_replicas_one_redis_alternating_clients(state, redis_server):
 def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
     """The store writes the job, then its answer is lost (Redis stopped between the two: the
     restart test's rare failure). The client's retry with the same key must run it, once, and
-    not wait forever on a job nothing would start."""
+    not wait forever on a job nothing would start. (The coordinator's rule: the memory runtime.)"""
     import sqlite3
 
-    from pomona.orchestrator.runtimes import make_runtime
-    from pomona.orchestrator.server.app import create_app
-    from pomona.orchestrator.server.coordinator import Coordinator, Timing
-    from pomona.orchestrator.server.keys import KeyRing
     from pomona.orchestrator.server.store import SqliteStore
-    from pomona.orchestrator.service import SandboxService
-    from tests.service.harness import server_thread
+    from tests.service.conftest import memory_service
 
     class AnswerLostOnce(SqliteStore):
         lost = False
 
         async def add_job(self, job, idempotency_key):
             stored = await super().add_job(job, idempotency_key)
-            if not AnswerLostOnce.lost and job.request.command == "echo once >> /workspace/log":
+            if not AnswerLostOnce.lost and job.request.command == "count log":
                 AnswerLostOnce.lost = True
                 raise sqlite3.OperationalError("the store went away before answering")
             return stored
 
     state.mkdir(parents=True)
-    service = SandboxService(make_runtime("local", str(state)), reap_interval=10**9)
-    timing = Timing(maintenance_interval=0.2, replica_ttl=1.5, lock_ttl=3.0)
-    app = create_app(Coordinator(service, AnswerLostOnce(state / "store.db"), timing), KeyRing(KEYS))
-    with server_thread(app) as url, sdk(url) as client:
+    with memory_service(state, AnswerLostOnce(state / "store.db")) as served, sdk(served.url) as client:
         sb = client.create_sandbox()
-        result = sb.exec("echo once >> /workspace/log")  # 503, retried with the same key
-        assert result.exit_code == 0 and AnswerLostOnce.lost
-        assert sb.exec("cat /workspace/log").stdout == "once\n"
+        result = sb.exec("count log")  # 503, retried with the same key
+        assert result.stdout == "1\n" and AnswerLostOnce.lost
+        assert len(served.runtime.sandboxes[sb.id].commands) == 1
         # no retry at all (the client gave up, or retried on another replica, which only waits):
         # the replica that stored it starts it at its next maintenance pass, once
         AnswerLostOnce.lost = False
-        with httpx.Client(base_url=url, headers={"X-API-Key": KEYS["alice"]}, timeout=60) as http:
-            answer = http.post(f"/sandboxes/{sb.id}/exec", json={"command": "echo once >> /workspace/log"})
+        with httpx.Client(base_url=served.url, headers={"X-API-Key": KEYS["alice"]}, timeout=60) as http:
+            answer = http.post(f"/sandboxes/{sb.id}/exec", json={"command": "count log"})
         assert answer.status_code == 503 and AnswerLostOnce.lost
-        poll(lambda: sb.exec("cat /workspace/log").stdout == "once\nonce\n", what="the stored job ran")
+        poll(lambda: sb.read_file("log") == b"ran\nran\n", what="the stored job ran")
+        assert len(served.runtime.sandboxes[sb.id].commands) == 2
 
 
 def test_a_clean_stop_of_the_service_releases_the_store(state):

@@ -1,17 +1,21 @@
-"""The sandbox operations, once, over any runtime: what the SDK calls in-process and what the
-REST service exposes. Idempotent create, TTL with heartbeat, label listing, output collection,
-apply_patch with fallbacks, snapshot and fork live here so every runtime behaves alike.
+"""The service layer: every sandbox operation, declared once (`Service`) and implemented once
+over any runtime (`SandboxService`). The SDK's clients hold a `Service`: this in-process one, or
+`sdk.remote.RemoteService`, the same operations over the REST API, which `pomona serve` answers
+with a SandboxService of its own. Idempotent create, TTL with heartbeat, label listing, output
+collection, apply_patch with fallbacks, snapshot and fork live here so every runtime behaves alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
 import secrets
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Protocol
 
 from pomona.errors import (
     InvalidRequest,
@@ -38,9 +42,16 @@ REAP_INTERVAL = 1.0
 # (name, dry run, apply): SWE-bench's chain, minus `git apply --reject`, which can only succeed
 # where plain `git apply` does and otherwise leaves half-applied hunks behind.
 PATCH_STRATEGIES = (
-    ("git apply", "git apply --check --whitespace=nowarn {p}", "git apply --verbose --whitespace=nowarn {p}"),
-    ("patch --fuzz=5", "patch --batch --fuzz=5 -p1 --dry-run -i {p}",
-     "patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -r - -i {p}"),
+    (
+        "git apply",
+        "git apply --check --whitespace=nowarn {p}",
+        "git apply --verbose --whitespace=nowarn {p}",
+    ),
+    (
+        "patch --fuzz=5",
+        "patch --batch --fuzz=5 -p1 --dry-run -i {p}",
+        "patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -r - -i {p}",
+    ),
 )
 
 
@@ -56,13 +67,96 @@ def check_capacity(limits: Limits) -> None:
         pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     except (OSError, ValueError):
         pid_max = 4194304
-    for name, value, have, unit in (("cpu", limits.cpu, cpus, "cores"), ("memory", limits.memory, memory, "bytes"),
-                                    ("pids", limits.pids, pid_max, "processes")):
+    for name, value, have, unit in (
+        ("cpu", limits.cpu, cpus, "cores"),
+        ("memory", limits.memory, memory, "bytes"),
+        ("pids", limits.pids, pid_max, "processes"),
+    ):
         if value is not None and value > have:
-            raise InvalidRequest(f"limits.{name}={value:g} is more than this machine has ({have} {unit})")
+            raise InvalidRequest(
+                f"limits.{name}={value:g} is more than this machine has ({have} {unit})"
+            )
+
+
+class Service(Protocol):
+    """Every sandbox operation, whatever carries it: what AsyncSandboxClient and AsyncSandbox
+    call. Nothing in it is optional; what only some runtimes can do is a capability of the
+    runtime (runtime.py), not of the service."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create(
+        self, spec: SandboxSpec, sandbox_id: str | None = None, snapshot: SnapshotInfo | None = None
+    ) -> SandboxInfo:
+        """Create, or return the existing sandbox when the same id comes with the same spec."""
+
+    async def get(self, sandbox_id: str) -> SandboxInfo: ...
+
+    async def list(self, labels: dict[str, str] | None = None) -> builtins.list[SandboxInfo]: ...
+
+    async def heartbeat(self, sandbox_id: str) -> SandboxInfo: ...
+
+    async def delete(self, sandbox_id: str) -> bool:
+        """Idempotent: deleting what is gone returns False."""
+
+    async def reap(self) -> builtins.list[str]:
+        """Delete every sandbox whose TTL ran out without a heartbeat; their ids."""
+
+    def exec_stream(
+        self, sandbox_id: str, request: ExecRequest
+    ) -> AsyncIterator[ExecChunk | ExecResult]:
+        """Output as it is produced, then the ExecResult."""
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult: ...
+
+    async def open_pty(
+        self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80
+    ) -> Pty: ...
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes: ...
+
+    async def write_file(
+        self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644
+    ) -> None: ...
+
+    async def list_files(self, sandbox_id: str, path: str = ".") -> builtins.list[FileInfo]: ...
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo: ...
+
+    async def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None: ...
+
+    async def download_dir(self, sandbox_id: str, path: str = ".") -> bytes: ...
+
+    async def upload_dir(self, sandbox_id: str, path: str, tar: bytes) -> None: ...
+
+    async def apply_patch(
+        self, sandbox_id: str, patch: str, cwd: str | None = None, timeout: float = 60
+    ) -> PatchResult: ...
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str | None = None) -> SnapshotInfo: ...
+
+    async def fork(
+        self,
+        snapshot_id: str,
+        k: int,
+        labels: dict[str, str] | None = None,
+        ids: builtins.list[str] | None = None,
+    ) -> builtins.list[SandboxInfo]: ...
+
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]: ...
+
+    async def delete_snapshot(self, snapshot_id: str) -> bool: ...
+
+    async def open_connection(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]: ...
 
 
 class SandboxService:
+    """The Service in this process, over one runtime."""
+
     def __init__(self, runtime: Runtime, reap_interval: float = REAP_INTERVAL):
         self.runtime = runtime
         self.reap_interval = reap_interval
@@ -87,8 +181,9 @@ class SandboxService:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def create(self, spec: SandboxSpec, sandbox_id: str | None = None,
-                     snapshot: SnapshotInfo | None = None) -> SandboxInfo:
+    async def create(
+        self, spec: SandboxSpec, sandbox_id: str | None = None, snapshot: SnapshotInfo | None = None
+    ) -> SandboxInfo:
         """Create, or return the existing sandbox when the same id comes with the same spec."""
         sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
         check_capacity(spec.limits)
@@ -116,7 +211,8 @@ class SandboxService:
     def _same(info: SandboxInfo, spec: SandboxSpec) -> SandboxInfo:
         if info.spec != spec:
             raise SandboxConflict(
-                f"sandbox {info.id!r} exists with a different spec; pick another id or delete it first")
+                f"sandbox {info.id!r} exists with a different spec; pick another id or delete it first"
+            )
         return info
 
     async def _find(self, sandbox_id: str) -> SandboxInfo | None:
@@ -138,8 +234,11 @@ class SandboxService:
 
     async def list(self, labels: dict[str, str] | None = None) -> list[SandboxInfo]:
         labels = labels or {}
-        return [self._with_expiry(i) for i in await self.runtime.list()
-                if all(i.spec.labels.get(k) == v for k, v in labels.items())]
+        return [
+            self._with_expiry(i)
+            for i in await self.runtime.list()
+            if all(i.spec.labels.get(k) == v for k, v in labels.items())
+        ]
 
     async def heartbeat(self, sandbox_id: str) -> SandboxInfo:
         info = await self.get(sandbox_id)
@@ -152,7 +251,7 @@ class SandboxService:
         self._exec_locks.pop(sandbox_id, None)
         return await self.runtime.delete(sandbox_id)
 
-    async def reap(self) -> list[str]:
+    async def reap(self) -> builtins.list[str]:
         """Delete every sandbox whose TTL ran out without a heartbeat."""
         now, reaped = time.time(), []
         for info in await self.runtime.list():
@@ -170,7 +269,9 @@ class SandboxService:
 
     # -- exec ---------------------------------------------------------------------------------
 
-    async def exec_stream(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    async def exec_stream(
+        self, sandbox_id: str, request: ExecRequest
+    ) -> AsyncIterator[ExecChunk | ExecResult]:
         """Stream one command; commands on one sandbox run one at a time, in arrival order."""
         lock = self._exec_locks.setdefault(sandbox_id, asyncio.Lock())
         async with lock:
@@ -180,7 +281,9 @@ class SandboxService:
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         return await collect(self.exec_stream(sandbox_id, request))
 
-    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80) -> Pty:
+    async def open_pty(
+        self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80
+    ) -> Pty:
         """An interactive terminal session; like Orchard's, it takes no exec lock and no timeout."""
         if not (0 < rows < 10000 and 0 < cols < 10000):
             raise InvalidRequest(f"terminal size {rows}x{cols} is out of range")
@@ -199,7 +302,7 @@ class SandboxService:
     async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None:
         await self.runtime.write_file(sandbox_id, await self._path(sandbox_id, path), data, mode)
 
-    async def list_files(self, sandbox_id: str, path: str = ".") -> list[FileInfo]:
+    async def list_files(self, sandbox_id: str, path: str = ".") -> builtins.list[FileInfo]:
         return await self.runtime.list_files(sandbox_id, await self._path(sandbox_id, path))
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
@@ -214,8 +317,9 @@ class SandboxService:
     async def upload_dir(self, sandbox_id: str, path: str, tar: bytes) -> None:
         await self.runtime.put_archive(sandbox_id, await self._path(sandbox_id, path), tar)
 
-    async def apply_patch(self, sandbox_id: str, patch: str, cwd: str | None = None,
-                          timeout: float = 60) -> PatchResult:
+    async def apply_patch(
+        self, sandbox_id: str, patch: str, cwd: str | None = None, timeout: float = 60
+    ) -> PatchResult:
         """Try each strategy as a dry run first and apply only one that fits whole, so a patch
         that fails leaves the tree exactly as it was; the report lists every attempt."""
         if not patch.strip():
@@ -226,42 +330,66 @@ class SandboxService:
         attempts = []
         try:
             for name, check, apply in PATCH_STRATEGIES:
-                dry = await self.exec(sandbox_id, ExecRequest(
-                    command=check.format(p=patch_path), cwd=cwd, timeout=timeout))
+                dry = await self.exec(
+                    sandbox_id,
+                    ExecRequest(command=check.format(p=patch_path), cwd=cwd, timeout=timeout),
+                )
                 if dry.exit_code != 0:
-                    attempts.append(f"{name} (exit {dry.exit_code}): {(dry.stderr or dry.stdout).strip()}")
+                    attempts.append(
+                        f"{name} (exit {dry.exit_code}): {(dry.stderr or dry.stdout).strip()}"
+                    )
                     continue
-                result = await self.exec(sandbox_id, ExecRequest(
-                    command=apply.format(p=patch_path), cwd=cwd, timeout=timeout))
+                result = await self.exec(
+                    sandbox_id,
+                    ExecRequest(command=apply.format(p=patch_path), cwd=cwd, timeout=timeout),
+                )
                 if result.exit_code == 0:
-                    return PatchResult(success=True, method=name, stdout=result.stdout, stderr=result.stderr)
-                attempts.append(f"{name} (exit {result.exit_code}): {(result.stderr or result.stdout).strip()}")
+                    return PatchResult(
+                        success=True, method=name, stdout=result.stdout, stderr=result.stderr
+                    )
+                attempts.append(
+                    f"{name} (exit {result.exit_code}): {(result.stderr or result.stdout).strip()}"
+                )
         finally:
             with contextlib.suppress(Exception):
                 await self.runtime.remove(sandbox_id, patch_path)
         report = "\n".join(attempts)
-        return PatchResult(success=False, stderr=report, error="the patch did not apply:\n" + report)
+        return PatchResult(
+            success=False, stderr=report, error="the patch did not apply:\n" + report
+        )
 
     # -- snapshot and fork --------------------------------------------------------------------
 
     async def snapshot(self, sandbox_id: str, snapshot_id: str | None = None) -> SnapshotInfo:
         await self.get(sandbox_id)
-        return await self.runtime.snapshot(sandbox_id, check_id(snapshot_id or new_id("snap"), "snapshot id"))
+        return await self.runtime.snapshot(
+            sandbox_id, check_id(snapshot_id or new_id("snap"), "snapshot id")
+        )
 
-    async def fork(self, snapshot_id: str, k: int, labels: dict[str, str] | None = None,
-                   ids: list[str] | None = None) -> list[SandboxInfo]:
+    async def fork(
+        self,
+        snapshot_id: str,
+        k: int,
+        labels: dict[str, str] | None = None,
+        ids: builtins.list[str] | None = None,
+    ) -> builtins.list[SandboxInfo]:
         """k independent sandboxes from one snapshot, created concurrently."""
         if k < 1:
             raise InvalidRequest("fork needs k >= 1")
         if ids is not None and len(ids) != k:
             raise InvalidRequest(f"fork got {len(ids)} ids for k={k}")
-        snapshot = next((s for s in await self.runtime.list_snapshots() if s.id == snapshot_id), None)
+        snapshot = next(
+            (s for s in await self.runtime.list_snapshots() if s.id == snapshot_id), None
+        )
         if snapshot is None:
             raise SnapshotNotFound.of(snapshot_id)
-        spec = snapshot.spec.model_copy(update={"labels": {**snapshot.spec.labels, **(labels or {})}})
+        spec = snapshot.spec.model_copy(
+            update={"labels": {**snapshot.spec.labels, **(labels or {})}}
+        )
         ids = ids or [new_id() for _ in range(k)]
-        results = await asyncio.gather(*(self.create(spec, i, snapshot) for i in ids),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.create(spec, i, snapshot) for i in ids), return_exceptions=True
+        )
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             for r in results:
@@ -270,13 +398,15 @@ class SandboxService:
             raise failures[0]
         return list(results)  # type: ignore[arg-type]
 
-    async def list_snapshots(self) -> list[SnapshotInfo]:
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]:
         return await self.runtime.list_snapshots()
 
     async def delete_snapshot(self, snapshot_id: str) -> bool:
         return await self.runtime.delete_snapshot(snapshot_id)
 
-    async def open_connection(self, sandbox_id: str, port: int):
+    async def open_connection(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if not 0 < port < 65536:
             raise InvalidRequest(f"port {port} is out of range")
         await self.get(sandbox_id)

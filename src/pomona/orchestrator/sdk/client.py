@@ -22,7 +22,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from pomona.errors import SandboxFailed
 from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.runtimes import make_runtime
-from pomona.orchestrator.service import SandboxService
+from pomona.orchestrator.service import SandboxService, Service
 from pomona.orchestrator.types import (
     DEFAULT_OUTPUT_CAP,
     ExecChunk,
@@ -55,7 +55,7 @@ class AsyncSandbox:
         return self.info.id
 
     @property
-    def _service(self) -> SandboxService:
+    def _service(self) -> Service:
         return self._client._service
 
     async def __aenter__(self) -> AsyncSandbox:
@@ -147,6 +147,7 @@ class AsyncSandboxClient:
         """In-process over `runtime` ("local" by default); over HTTP when `base_url` (or, with no
         runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
         url = base_url or (os.environ.get("POMONA_URL") if runtime is None else None)
+        self._service: Service
         if url and runtime is None:
             from pomona.orchestrator.sdk.remote import RemoteService
 

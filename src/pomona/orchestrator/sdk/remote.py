@@ -1,4 +1,4 @@
-"""The SDK's HTTP transport: the same async methods as SandboxService, over the REST API, so
+"""The SDK's HTTP transport: the Service (orchestrator/service.py) over the REST API, so
 AsyncSandboxClient and AsyncSandbox work unchanged against a service.
 
 Retries are safe by construction, never by hope:
@@ -71,7 +71,6 @@ class RemoteService:
         self.api_key = api_key
         self.timeout, self.retry_for, self.max_connections = timeout, retry_for, max_connections
         self.overload_wait = overload_wait
-        self.runtime = None
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task] = set()
 
