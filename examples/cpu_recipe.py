@@ -1,15 +1,17 @@
 """From recorded calls to a trained checkpoint and back into the harness, on a CPU, offline.
 
-    .venv/bin/python examples/cpu_recipe.py [--out DIR] [--harness pi] [--steps 300]
+    .venv/bin/python examples/cpu_recipe.py [--out DIR] [--harness pi] [--steps 150]
 
 1. record: the `oracle` model (the scripted model replaying each task's gold solution) drives a
    real harness on the built-in `files` and `text` tasks, through the recording proxy;
 2. export: those episodes as an SFT set in TRL's conversational format;
 3. make a tiny model offline (tokenizer trained on the recorded prompts, random weights);
 4. SFT it with TRL's SFTTrainer on the CPU;
-5. serve it through the `transformers` upstream and run it in the same harness on the same tasks;
-6. export the new episodes as token-level RL samples (verl's parquet): recorded token ids and
-   logprobs, merged or per-call, drift-checked against the model's own template.
+5. serve it through `transformers/` routes of the proxy and run it in the same harness on the
+   same tasks: once greedily (what SFT taught it), then `--group` sampled attempts per task;
+6. export the sampled episodes as token-level RL samples (verl's parquet): recorded token ids
+   and logprobs, merged or per-call, drift-checked against the model's own template, each with
+   its group-normalised advantage.
 
 Prints one JSON summary. What it measures is memorisation of six tasks by a model of a few
 hundred thousand parameters, not generalisation: the point is that every step is the real one.
@@ -25,59 +27,71 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # a shared 2-core box: one torch thread is fastest
 
 from pomona import gym as pomona_gym  # noqa: E402
 from pomona.benchmarks import builtin  # noqa: E402
-from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer  # noqa: E402
-from pomona.proxy.local_model import LocalModel, LocalModelServer  # noqa: E402
+from pomona.gym.episode import EpisodeRecord  # noqa: E402
+from pomona.proxy import ProxyConfig, ProxyServer  # noqa: E402
 from pomona.trainer.cli import corpus  # noqa: E402
+from pomona.trainer.episodes import Filters  # noqa: E402
 from pomona.trainer.export import export  # noqa: E402
 from pomona.trainer.tiny import make_model  # noqa: E402
 from pomona.trainer.train import sft  # noqa: E402
+
+
+def outcomes(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Resolved count, and any infra failures by task (never counted as a 0)."""
+    return {
+        "resolved": sum(bool(r.resolved) for r in records),
+        "episodes": len(records),
+        "failures": {r.task: r.failure_kind for r in records if r.failure_kind != "none"},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="pomona-recipe")
     parser.add_argument("--harness", default="pi")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--group", type=int, default=4, help="sampled attempts per task (RL)")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     tasks = builtin.tasks("files") + builtin.tasks("text")
     state = tempfile.mkdtemp(prefix="pomona-recipe-")
-    summary: dict = {"harness": args.harness, "tasks": len(tasks)}
+    summary: dict[str, Any] = {"harness": args.harness, "tasks": len(tasks)}
     t0 = time.monotonic()
+
+    def run(proxy: ProxyServer, model: str, n: int = 1) -> list[EpisodeRecord]:
+        return asyncio.run(
+            pomona_gym.rollout(
+                tasks,
+                args.harness,
+                model,
+                n=n,
+                proxy=proxy,
+                state_dir=state,
+                concurrency=2,
+                timeout=600,
+                progress=False,
+            )
+        )
+
     try:
         # 1. record oracle trajectories through the real harness
         with ProxyServer(ProxyConfig(trajectories=out / "runs-oracle")) as proxy:
-            records = asyncio.run(
-                pomona_gym.rollout(
-                    tasks,
-                    args.harness,
-                    "oracle",
-                    proxy=proxy,
-                    state_dir=state,
-                    concurrency=2,
-                    progress=False,
-                )
-            )
-        summary["oracle_resolved"] = sum(bool(r.resolved) for r in records)
+            summary["oracle"] = outcomes(run(proxy, "oracle"))
         summary["seconds_record"] = round(time.monotonic() - t0, 1)
 
         # 2. export SFT data; 3. a tiny model whose tokenizer knows the harness's prompts
         t = time.monotonic()
-        data = export(
-            "sft",
-            out / "runs-oracle",
-            "trl",
-            out / "sft",
-        ).path
+        data = export("sft", out / "runs-oracle", "trl", out / "sft").path
         base = make_model(
             out / "tiny-base",
             corpus([str(out / "runs-oracle")]),
@@ -96,46 +110,33 @@ def main() -> None:
             seconds_sft=round(time.monotonic() - t, 1),
         )
 
-        # 5. serve it through the transformers upstream, run it in the same harness
+        # 5. serve it through the proxy's transformers upstream, run it in the same harness:
+        # greedy (what SFT taught), then sampled groups for RL
         t = time.monotonic()
-        model = LocalModel(out / "tiny-sft", name="tiny", max_new_tokens=96, temperature=0.0)
-        with (
-            LocalModelServer(model) as server,
-            ProxyServer(ProxyConfig(trajectories=out / "runs-tiny")) as proxy,
-        ):
-            proxy.config.models.append(
-                ModelRoute.from_entry(
-                    {
-                        "model_name": "tiny",
-                        "litellm_params": {
-                            "model": "hosted_vllm/tiny",
-                            "api_base": f"{server.url}/v1",
-                            "api_key": "local",
-                        },
-                    }
-                )
-            )
-            records = asyncio.run(
-                pomona_gym.rollout(
-                    tasks,
-                    args.harness,
-                    "tiny",
-                    proxy=proxy,
-                    state_dir=state,
-                    concurrency=1,
-                    timeout=300,
-                    progress=False,
-                )
-            )
-        summary["tiny_resolved"] = sum(bool(r.resolved) for r in records)
-        summary["tiny_failures"] = {
-            r.task: r.failure_kind for r in records if r.failure_kind != "none"
-        }
+        checkpoint = f"transformers/{out / 'tiny-sft'}"
+        routes = [
+            {"model_name": "tiny", "litellm_params": {
+                "model": checkpoint, "temperature": 0, "max_tokens": 96}},
+            {"model_name": "tiny-sampled", "litellm_params": {
+                "model": checkpoint, "temperature": 1.0, "max_tokens": 96}},
+        ]  # fmt: skip
+        with ProxyServer(
+            ProxyConfig.from_model_list(routes, trajectories=out / "runs-tiny")
+        ) as proxy:
+            summary["greedy"] = outcomes(run(proxy, "tiny"))
+            summary["sampled"] = outcomes(run(proxy, "tiny-sampled", n=args.group))
         summary["seconds_serve_and_run"] = round(time.monotonic() - t, 1)
 
-        # 6. token-level RL samples from the tiny model's own episodes
-        report = export("rl", out / "runs-tiny", "verl", out / "rl", tokenizer=out / "tiny-sft")
-        summary.update(rl_rows=report.rows, **{f"rl_{k}": v for k, v in report.counts.items()})
+        # 6. token-level RL samples from the tiny model's own sampled episodes
+        report = export(
+            "rl",
+            out / "runs-tiny",
+            "verl",
+            out / "rl",
+            tokenizer=out / "tiny-sft",
+            filters=Filters(model=["tiny-sampled"]),
+        )
+        summary["rl"] = {"rows": report.rows, **report.counts}
     finally:
         from pomona.gym.sandboxes import _close_all
         from pomona.orchestrator.runtimes.local import LocalRuntime
