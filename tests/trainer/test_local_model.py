@@ -48,6 +48,33 @@ def test_a_transformers_route_records_token_ids(tiny_model, tmp_path):
     assert rows[1]["token_faithful"] is True  # the template round-trips the taught reply
 
 
+def test_a_routes_temperature_and_max_tokens_are_its_servers_defaults(tiny_model):
+    greedy = {"model": f"transformers/{tiny_model}", "temperature": 0}
+    routes = [{"model_name": "greedy", "litellm_params": greedy},
+              {"model_name": "hot", "litellm_params": {**greedy, "temperature": 50, "max_tokens": 16}},
+              {"model_name": "short", "litellm_params": {**greedy, "max_tokens": 3}}]  # fmt: skip
+    with ProxyServer(ProxyConfig.from_model_list(routes)) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+        messages = tool_conversation("ls")[:2]
+
+        def reply(model: str, **kwargs):
+            return client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                                  **kwargs).choices[0]  # fmt: skip
+
+        # no temperature in the requests: the route's own (0: the taught reply every time; 50:
+        # next to uniform over the vocabulary, no tool call)
+        taught = {reply("greedy").message.tool_calls[0].function.arguments for _ in range(2)}
+        assert len(taught) == 1 and "ls" in taught.pop()
+        assert reply("hot").message.tool_calls is None
+        # max_tokens caps the reply whatever the request asks for
+        r = client.chat.completions.create(model="short", messages=messages, tools=TOOLS,
+                                           max_tokens=1000)  # fmt: skip
+        assert (r.usage.completion_tokens, r.choices[0].finish_reason) == (3, "length")
+    model = LocalModel(tiny_model)
+    short = model.variant(name="short", max_new_tokens=3)  # the same weights, other defaults
+    assert short.model is model.model and (short.max_new_tokens, model.max_new_tokens) == (3, 256)
+
+
 def test_bad_input_is_refused_in_the_callers_dialect(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="not a Hugging Face model directory"):
         LocalModel(tmp_path)
