@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pomona import trajectories
 from pomona.benchmarks import builtin
-from pomona.gym.rollout import rollout
+from pomona.gym.rollouts import rollout
 from pomona.gym.sandboxes import _close_all
 from pomona.orchestrator.runtimes.local import LocalRuntime
 

@@ -102,7 +102,7 @@ def run_benchmark(benchmark: str, harness: str | None = None, model: str = DEFAU
     (task.toml, an instance field). `judge` names a model for the browser benchmarks' LLM judges."""
     harness = harness or registry.natural_harness(benchmark)
     from pomona.gym.proxies import shared_proxy
-    from pomona.gym.rollout import Progress, rollout
+    from pomona.gym.rollouts import Progress, rollout
 
     trajectories = Path(trajectories).resolve()
     run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"

@@ -16,7 +16,7 @@ from pomona import trajectories
 from pomona.benchmarks import leaderboard, swe_tasks, swebench, terminal_bench
 from pomona.cli import main
 from pomona.gym.proxies import shared_proxy
-from pomona.gym.rollout import rollout
+from pomona.gym.rollouts import rollout
 from pomona.harnesses import payload
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.run import RunLink, run_benchmark

@@ -14,7 +14,7 @@ import pytest
 
 from pomona.benchmarks.claw import claw_eval, qwenclawbench, runtime
 from pomona.gym.episode import read_calls, run_episode
-from pomona.gym.rollout import rollout
+from pomona.gym.rollouts import rollout
 from pomona.harnesses import ProxyLink
 
 # 64 harness episodes, three at a time: minutes, not the default 300 s per test

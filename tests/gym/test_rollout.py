@@ -13,7 +13,7 @@ import pomona.gym
 from pomona import trajectories
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import CommandScorer, Task
-from pomona.gym.rollout import summary
+from pomona.gym.rollouts import summary
 from pomona.gym.sandboxes import shared_client
 
 # Only the hanging task has a short budget: it cannot finish in it on any machine, and the

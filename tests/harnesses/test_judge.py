@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pomona.harnesses.base import Outputs
 from pomona.harnesses.proxy_link import RecordedCall
-from pomona.harnesses.run import judge
+from pomona.harnesses.runner import judge
 
 OK = RecordedCall(False, "ok", "chat", "/e/k/v1/chat/completions", 200)
 SIDE = RecordedCall(True, "ok", "chat", "/e/k/v1/chat/completions", 200)

@@ -14,7 +14,7 @@ import pomona.gym
 from pomona import trajectories
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import CommandScorer, Task
-from pomona.gym.rollout import balanced_rollout, group_rollout
+from pomona.gym.rollouts import balanced_rollout, group_rollout
 from pomona.gym.sandboxes import shared_client
 from pomona.proxy import ProxyServer
 from pomona.proxy.replay import Replayer

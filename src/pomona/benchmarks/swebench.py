@@ -134,7 +134,7 @@ def sandbox_options(instance: dict[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = {"workdir": TESTBED, "user": user_of(instance)}
     if "node" in toolchains(instance) and bundle_of(instance):
         from pomona.harnesses.payload import ensure_node
-        from pomona.harnesses.run import tools_mount
+        from pomona.harnesses.runner import tools_mount
 
         ensure_node()
         options["mounts"] = [tools_mount()]
@@ -144,7 +144,7 @@ def sandbox_options(instance: dict[str, Any]) -> dict[str, Any]:
 def _host_tools(sandbox: Any, instance: dict[str, Any]) -> None:
     """On the host image: the declared Python test dependencies, `python` as python3 (eval
     scripts written for conda images call it), and the payload's node where asked for."""
-    from pomona.harnesses.run import TOOLS_MOUNT
+    from pomona.harnesses.runner import TOOLS_MOUNT
 
     deps = instance.get(TEST_DEPENDENCIES)  # none declared: pytest; declared empty: nothing
     pytools.install(sandbox, pytools.DEFAULT if deps is None else deps)

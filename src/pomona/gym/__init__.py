@@ -7,7 +7,7 @@ Importing pomona registers them (each documents its spaces in its module):
   pomona/BrowserEnv-v0    one step is one action in a real browser   (pomona.gym.browser_env)
 
 `pomona.gym.rollout(tasks, harness, model, n=k, concurrency=c)` runs batched attempts
-(pomona.gym.rollout). Everything but registration loads lazily, so `import pomona` stays light.
+(pomona.gym.rollouts). Everything but registration loads lazily, so `import pomona` stays light.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ def register_envs() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("rollout", "summary"):
-        import importlib
+    if name in ("rollout", "summary", "group_rollout", "balanced_rollout"):
+        from pomona.gym import rollouts
 
-        module = importlib.import_module("pomona.gym.rollout")  # callable: runs rollout()
-        return module if name == "rollout" else module.summary
+        return getattr(rollouts, name)
     raise AttributeError(f"module 'pomona.gym' has no attribute {name!r}")

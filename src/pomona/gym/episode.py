@@ -26,7 +26,7 @@ from pomona.harnesses import payload
 from pomona.harnesses.base import Harness
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get as get_harness
-from pomona.harnesses.run import HarnessResult, run, tools_mount
+from pomona.harnesses.runner import HarnessResult, run, tools_mount
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 
 ORACLE = "oracle"  # the scripted model replaying the task's gold solution

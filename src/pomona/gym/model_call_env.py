@@ -52,7 +52,7 @@ from pomona.gym.proxies import shared_proxy
 from pomona.gym.sandboxes import shared_client
 from pomona.gym.shell_env import CHARSET
 from pomona.harnesses.proxy_link import ProxyLink
-from pomona.harnesses.run import HarnessResult, run
+from pomona.harnesses.runner import HarnessResult, run
 from pomona.orchestrator.sdk.client import Sandbox
 from pomona.proxy.neutral import Action
 from pomona.proxy.policy import POLICY, CallExpired, HeldCall, Policy

@@ -9,7 +9,7 @@ from pomona.harnesses.base import Harness, Launch, Outputs, RunContext
 from pomona.harnesses.payload import DEFAULT_ROOT, InstallReport, install, installed
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get, harnesses, names
-from pomona.harnesses.run import HarnessResult, run, tools_mount
+from pomona.harnesses.runner import HarnessResult, run, tools_mount
 
 __all__ = [
     "DEFAULT_ROOT",

@@ -18,7 +18,7 @@ from typing import Any
 from pomona.harnesses import payload
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get, names
-from pomona.harnesses.run import HarnessResult, run, tools_mount
+from pomona.harnesses.runner import HarnessResult, run, tools_mount
 
 PROMPT = "Create a file named out.txt containing the word hello, using your shell tool."
 SCRIPT = ["echo hello > out.txt"]

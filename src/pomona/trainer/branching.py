@@ -104,7 +104,7 @@ def harness_values(
     """V(t) for every turn of a recorded harness episode (its `calls` rows): for each t, k runs
     of `harness` on `task` whose first t turns are replayed and the rest answered by `then`
     (any policy: a LocalModel's `act`, a function). `proxy` must be an in-process ProxyServer."""
-    from pomona.gym.rollout import rollout
+    from pomona.gym.rollouts import rollout
     from pomona.proxy.replay import Replayer, recorded_turns
 
     turns = recorded_turns(calls)

@@ -48,8 +48,8 @@ from pomona.gym.episode import (
 from pomona.harnesses import webvoyager
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get as get_harness
-from pomona.harnesses.run import run as run_harness
-from pomona.harnesses.run import tools_mount
+from pomona.harnesses.runner import run as run_harness
+from pomona.harnesses.runner import tools_mount
 
 NATURAL_HARNESS = webvoyager.NAME
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-import types
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -261,14 +260,3 @@ def summary(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
         "mean_reward": sum(r.reward for r in ran) / len(ran) if ran else None,  # type: ignore[misc]
         "resolved": sum(bool(r.resolved) for r in ran),
     }
-
-
-class _CallableModule(types.ModuleType):
-    """`pomona.gym.rollout(...)` is the function even once this module has been imported by
-    name (which makes the package attribute the module)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return rollout(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
