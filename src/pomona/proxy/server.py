@@ -105,16 +105,13 @@ class ProxyServer(AppServer):
         final: str = "done",
         metadata: Mapping[str, Any] | None = None,
         tool_less_calls: Literal["side", "main"] = "side",
-        tool_less_is_side: bool | None = None,
         policy_timeout: float | None = None,
         policy: Policy | None = None,
     ) -> dict[str, str]:
-        """Open an episode without an HTTP round trip; takes and answers what POST /episodes
-        does (`tool_less_is_side=False` is the older spelling of `tool_less_calls="main"`), and
-        `policy`, a Policy of the caller's own for a "policy" episode. A malformed field raises
-        MalformedRequest (a ValueError), a key in use EpisodeExists."""
-        if tool_less_is_side is not None:
-            tool_less_calls = "side" if tool_less_is_side else "main"
+        """Open an episode without an HTTP round trip; takes and answers exactly what POST
+        /episodes does (so a caller opens episodes alike whichever way it reaches the proxy),
+        plus `policy`, a Policy of the caller's own for a "policy" episode. A malformed field
+        raises MalformedRequest (a ValueError), a key in use EpisodeExists."""
         spec = validated(
             EpisodeSpec,
             {"key": key, "model": model, "script": script, "final": final, "metadata": metadata,

@@ -129,10 +129,7 @@ def open_agent_episode(
         fields["script"] = script
     if script is not None and natural:
         # WebVoyager's calls carry no tools: they are the policy's turns, not side calls
-        if run.link.server is not None:
-            fields["tool_less_is_side"] = False
-        else:
-            fields["tool_less_calls"] = "main"
+        fields["tool_less_calls"] = "main"
     return run.link.open_episode(**fields)
 
 

@@ -56,12 +56,11 @@ class Judge:
 
     def _ask(self, system: str, user: str, scripted_reply: str) -> str:
         link = ProxyLink.of(self.proxy)
-        fields: dict[str, Any] = {"model": self.model, "metadata": {"role": "judge", "of": self.of}}
-        # a judge's tool-less request is its turn, not a side call (the in-process and HTTP
-        # proxies spell that option differently)
-        fields.update(
-            {"tool_less_is_side": False} if link.server is not None else {"tool_less_calls": "main"}
-        )
+        fields: dict[str, Any] = {
+            "model": self.model,
+            "metadata": {"role": "judge", "of": self.of},
+            "tool_less_calls": "main",  # a judge's tool-less request is its turn, not a side call
+        }
         if self.model == "scripted":
             fields["script"] = [json.dumps({"text": scripted_reply})]
         try:
