@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,8 +127,7 @@ REFUSED = [
     ('[agent]\nallowed_hosts = ["pypi.org"]\n', "only valid with network_mode"),
     ('[environment]\nos = "windows"\n', "Linux only"),
     ("[environment]\ngpus = 1\n", "GPUs"),
-    ('artifacts = [{ source = "/x", service = "db" }]\n', "sidecar"),
-    ('[[verifier.collect]]\ncommand = "x"\nservice = "db"\n', "sidecar"),
+    ('artifacts = [{ source = "x", service = "db" }]\n', "absolute source"),
     ('[[environment.mcp_servers]]\nname = "docs"\nurl = "http://docs:8000/sse"\n', "sse"),
     (
         '[[environment.mcp_servers]]\nname = "x y"\ntransport = "stdio"\ncommand = "/bin/x"\n',
@@ -156,12 +156,42 @@ def test_what_cannot_work_is_refused_with_the_reason(
         tb.load_task(d)
 
 
-def test_sidecar_services_are_refused_with_the_reason(tmp_path: Path) -> None:
+COMPOSE_REFUSED = [
+    ("db:\n    image: postgres:16\n    expose: [5432]\n", "no entrypoint or command"),
+    ("db:\n    image: postgres:16\n    command: postgres\n", "no port"),
+    ("db:\n    build: ./db\n    command: x\n    expose: [1]\n", "does not build images"),
+    ("db:\n    image: x\n    command: x\n    expose: [1]\n    privileged: true\n", "privileged"),
+    (
+        "db:\n    image: x\n    command: x\n    expose: [1]\n    volumes: [/etc:/etc]\n",
+        "not a path in the task",
+    ),
+    ("db:\n    image: x\n    command: x\n    expose: [1]\n    depends_on: [db]\n", "cycle"),
+    (
+        "db:\n    image: x\n    command: x\n    expose: [1]\n    healthcheck:\n      test: x\n"
+        "      interval: soon\n",
+        "duration",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("service", "message"), COMPOSE_REFUSED, ids=[m for _, m in COMPOSE_REFUSED]
+)
+def test_sidecars_pomona_cannot_run_are_refused_with_the_reason(
+    tmp_path: Path, service: str, message: str
+) -> None:
     d = copy_task(tmp_path, "count-errors")
-    (d / "environment" / "docker-compose.yaml").write_text(
-        "services:\n  main:\n    build: .\n  db:\n    image: postgres:16\n"
+    (d / "environment" / "docker-compose.yaml").write_text("services:\n  main: {}\n  " + service)
+    with pytest.raises(ValueError, match=message):
+        tb.load_task(d)
+
+
+def test_hooks_and_artifacts_must_name_a_service_the_task_has(tmp_path: Path) -> None:
+    d = copy_task(tmp_path, "count-errors")
+    write(
+        d, '[[verifier.collect]]\ncommand = "x"\nservice = "db"\n' + (d / "task.toml").read_text()
     )
-    with pytest.raises(ValueError, match=r"sidecar services \(db\)"):
+    with pytest.raises(ValueError, match="services the task does not have: db"):
         tb.load_task(d)
 
 
@@ -239,6 +269,66 @@ def test_the_tasks_mcp_server_reaches_the_harness(client: Any, proxy: ProxyLink)
     record = episode(task, "pi", proxy, client)
     assert (record.failure_kind, record.reward) == ("harness", None)
     assert "MCP" in record.failure_message
+
+
+# --- sidecar services ----------------------------------------------------------------------------
+
+
+def services_left(client: Any) -> list[str]:
+    """The task's sidecar sandboxes still there, once their owner is gone (the bridge deletes
+    them when it sees its sandbox go; this waits for that, generously)."""
+    for _ in range(600):
+        left = [s.id for s in client.list_sandboxes({"purpose": "tb-service"})]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def test_sidecar_services_run_beside_the_agent(state_dir: str, client: Any) -> None:
+    """The ticket service runs in a sandbox of its own; the agent reaches it at api:8080 and
+    cannot see its files; a collect hook exports its state in the service and the separate
+    verifier gets it as an artifact (with fresh sidecars of its own, as harbor's separate
+    environment has). Nothing of theirs is left after the episode."""
+    task = tb.load_task(EXTRAS / "ticket-triage")
+    assert [(s.name, s.image, s.ports) for s in task.services] == [("api", "host", (8080,))]
+    look = "getent hosts api && test ! -e /srv/api && echo isolated"
+    reward, info = play(state_dir, task, oracle=True, commands=(look,))
+    assert (reward, info["failure"]) == (1.0, "none"), info
+    (hook,) = info["score"]["details"]["collect"]
+    assert (hook["service"], hook["exit_code"]) == ("api", 0)
+    assert play(state_dir, task, oracle=False)[0] == 0.0
+    assert services_left(client) == []
+
+
+def test_a_fork_verifier_reaches_the_agents_sidecars(
+    state_dir: str, client: Any, tmp_path: Path
+) -> None:
+    """In fork mode the tests run in a fork of the agent's sandbox, which reaches the very
+    services the agent changed (a relay of its own, the same sidecars)."""
+    d = copy_task(tmp_path, "ticket-triage", root=EXTRAS)
+    (d / "tests" / "test_outputs.py").write_text(
+        "import json, urllib.request\n\n\ndef test_asked_over_the_network():\n"
+        "    tickets = json.load(urllib.request.urlopen('http://api:8080/tickets', timeout=30))\n"
+        "    assert sorted(t['id'] for t in tickets if t['status'] == 'closed') == [101, 103, 105]\n"
+    )
+    task = tb.load_task(d, verifier_mode="fork")
+    reward, info = play(state_dir, task, oracle=True)
+    assert (reward, info["failure"], info["score"]["details"]["verifier_mode"]) == (
+        1.0,
+        "none",
+        "fork",
+    )
+    assert play(state_dir, task, oracle=False)[0] == 0.0
+    assert services_left(client) == []
+
+
+def test_sidecar_services_through_a_harness(client: Any, proxy: ProxyLink) -> None:
+    """pi in a gateway sandbox (the model proxy only) reaches the ticket service through the
+    relay."""
+    record = episode(tb.load_task(EXTRAS / "ticket-triage"), "pi", proxy, client)
+    assert (record.failure_kind, record.reward) == ("none", 1.0), record.failure_message
+    assert services_left(client) == []
 
 
 # --- per-phase network policy --------------------------------------------------------------------

@@ -33,7 +33,6 @@ import re
 import shlex
 import tarfile
 import threading
-import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +42,13 @@ from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Environment, Score, Task, Turn, VerifierError
 from pomona.benchmarks.terminal_bench_config import (
     DEFAULT_WORKDIR,
-    Healthcheck,
+    MAIN_SERVICE,
     StepConfig,
     TbConfig,
     read_config,
     resolve_env,
 )
+from pomona.benchmarks.terminal_bench_services import Service, ServiceGroup, read_services
 from pomona.benchmarks.terminal_bench_verifier import (
     TbScorer,
     copy_artifacts,
@@ -89,24 +89,6 @@ def strip_canary(text: str) -> str:
     while i < len(lines) and not lines[i].strip():
         i += 1
     return "\n".join(lines[i:])
-
-
-def run_healthcheck(sandbox: Any, check: Healthcheck, workdir: str, what: str) -> None:
-    """Docker's HEALTHCHECK as harbor runs it: the first pass wins; failures in the start period
-    do not count; `retries` consecutive failures after it fail the environment."""
-    start_end = time.monotonic() + check.start_period
-    failures = 0
-    while True:
-        in_start = time.monotonic() < start_end
-        if sandbox.exec(check.command, cwd=workdir, timeout=check.timeout).exit_code == 0:
-            return
-        if not in_start:
-            failures += 1
-            if failures >= check.retries:
-                raise RuntimeError(
-                    f"{what}: the healthcheck failed {failures} times in a row: {check.command}"
-                )
-        time.sleep(check.start_interval if in_start else check.interval)
 
 
 def solve_commands(solve_sh: str, env: dict[str, str] | None = None) -> list[str]:
@@ -158,7 +140,11 @@ class _Progress:
 class TbTask(Task):
     """A harbor task; with a setup script, prepare() builds its state offline."""
 
+    services: tuple[Service, ...] = ()  # sidecars: environment/docker-compose.yaml
     _progress: weakref.WeakKeyDictionary = field(
+        default_factory=weakref.WeakKeyDictionary, init=False, compare=False, repr=False
+    )
+    _groups: weakref.WeakKeyDictionary = field(
         default_factory=weakref.WeakKeyDictionary, init=False, compare=False, repr=False
     )
     _lock: Any = field(default_factory=threading.Lock, init=False, compare=False, repr=False)
@@ -193,8 +179,35 @@ class TbTask(Task):
                     f"task {self.id}: environment setup failed: {result.stderr.strip()}"
                 )
             install_pytest(sandbox)
+        if self.services:
+            self._start_services(sandbox)
         if self.config.healthcheck:
-            run_healthcheck(sandbox, self.config.healthcheck, workdir, f"task {self.id}")
+            self.config.healthcheck.wait(sandbox, workdir, f"task {self.id}")
+
+    # --- sidecar services ----------------------------------------------------------------------
+
+    def _start_services(self, sandbox: Any) -> None:
+        """The sidecars, fresh, reachable from `sandbox` and gone with it."""
+        spec = sandbox.info.spec
+        group = ServiceGroup.start(
+            self.services,
+            sandbox._root,
+            network=self.config.baseline.verifier_sandbox(),
+            ttl=spec.timeout or 3600,
+            labels={"task": self.id[:63]},
+        )
+        try:
+            group.attach(sandbox, owner=True)
+        except BaseException:
+            group.close()
+            raise
+        with self._lock:
+            self._groups[sandbox] = group
+
+    def services_of(self, sandbox: Any) -> ServiceGroup | None:
+        """The sidecars `sandbox` was built with (None for a task without any)."""
+        with self._lock:
+            return self._groups.get(sandbox)
 
     # --- multi-step --------------------------------------------------------------------------
 
@@ -235,7 +248,7 @@ class TbTask(Task):
                         f"{done.stderr.strip()}"
                     )
         if step.healthcheck:
-            run_healthcheck(sandbox, step.healthcheck, workdir, f"step {step.name!r}")
+            step.healthcheck.wait(sandbox, workdir, f"step {step.name!r}")
 
     def _verify_step(self, sandbox: Any, progress: _Progress) -> dict[str, Any]:
         step = self.steps[progress.index]
@@ -329,19 +342,16 @@ def _falls_short(rewards: dict[str, float], minimum: float | dict[str, float] | 
 # --- loading -------------------------------------------------------------------------------------
 
 
-def _compose_services(task_dir: Path) -> list[str]:
-    """The sidecar services a task's docker-compose.yaml declares (every service but main)."""
-    path = task_dir / "environment" / "docker-compose.yaml"
-    if not path.is_file():
-        return []
-    import yaml
-
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from None
-    services = doc.get("services") if isinstance(doc, dict) else None
-    return sorted(s for s in (services or {}) if s != "main")
+def _check_services(task_dir: Path, cfg: TbConfig, names: set[str]) -> None:
+    """Every artifact and collect hook names a service the task has."""
+    steps = cfg.steps or ()
+    used = [a.service for a in cfg.artifacts + tuple(a for s in steps for a in s.artifacts)]
+    used += [c.service for v in (cfg.verifier, *(s.verifier for s in steps)) for c in v.collect]
+    if unknown := sorted({u for u in used if u != MAIN_SERVICE and u not in names}):
+        raise ValueError(
+            f"{task_dir}: artifacts or collect hooks name services the task does not have: "
+            f"{', '.join(unknown)}"
+        )
 
 
 def _step_instruction(task_dir: Path, step: StepConfig) -> str:
@@ -396,8 +406,8 @@ def load_task(
             f"{task_dir}: no prebuilt image; Pomona does not build Dockerfiles: set "
             "[environment] docker_image (or [metadata] pomona_image)"
         )
-    if services := _compose_services(task_dir):
-        raise ValueError(f"{task_dir}: sidecar services ({', '.join(services)}) are not supported")
+    services = read_services(task_dir)
+    _check_services(task_dir, cfg, {s.name for s in services})
     network, agent_user = _agent_sandbox(task_dir, cfg)
     scorer = TbScorer(task_dir, cfg, verifier_mode)
     for step in cfg.steps or (None,):
@@ -423,6 +433,7 @@ def load_task(
             env=resolve_env(cfg.env),
         ),
         solution=_oracle(task_dir, cfg),
+        services=services,
         metadata={
             "task_dir": str(task_dir),
             "config": cfg.raw,
@@ -432,6 +443,7 @@ def load_task(
             "healthcheck": cfg.healthcheck.command if cfg.healthcheck else None,
             "mcp_servers": [s.name for s in cfg.mcp_servers],
             "steps": [s.name for s in cfg.steps],
+            "services": [s.name for s in services],
         },
     )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ PUBLIC = Network("public")
 class Artifact:
     source: str
     exclude: tuple[str, ...] = ()
+    service: str = MAIN_SERVICE  # the compose service whose files it is
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Collect:
     command: str
     timeout: float = 60.0
     user: str | None = None
+    service: str = MAIN_SERVICE  # where it runs
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,23 @@ class Healthcheck:
     start_period: float = 0.0
     start_interval: float = 5.0
     retries: int = 3
+
+    def wait(self, sandbox: Any, workdir: str, what: str) -> None:
+        """Run the check until it passes: failures in the start period do not count, `retries`
+        in a row after it fail `what`."""
+        start_end = time.monotonic() + self.start_period
+        failures = 0
+        while True:
+            in_start = time.monotonic() < start_end
+            if sandbox.exec(self.command, cwd=workdir, timeout=self.timeout).exit_code == 0:
+                return
+            if not in_start:
+                failures += 1
+                if failures >= self.retries:
+                    raise RuntimeError(
+                        f"{what}: the healthcheck failed {failures} times in a row: {self.command}"
+                    )
+            time.sleep(self.start_interval if in_start else self.interval)
 
 
 @dataclass(frozen=True)
@@ -261,14 +281,14 @@ class _Reader:
             entry = {"source": entry} if isinstance(entry, str) else entry
             if not isinstance(entry, dict) or not isinstance(entry.get("source"), str):
                 raise self.fail(f"{where}artifacts[{i}] needs a source path")
-            if entry.get("service") not in (None, MAIN_SERVICE):
-                raise self.fail(
-                    f"{where}artifacts[{i}] comes from the sidecar service "
-                    f"{entry['service']!r}: sidecar services are not supported"
-                )
             if ".." in Path(entry["source"]).parts:
                 raise self.fail(f"{where}artifacts[{i}]: a source must not contain '..'")
-            out.append(Artifact(entry["source"], tuple(entry.get("exclude", ()))))
+            service = entry.get("service") or MAIN_SERVICE
+            if service != MAIN_SERVICE and not entry["source"].startswith("/"):
+                raise self.fail(
+                    f"{where}artifacts[{i}]: a sidecar's artifact needs an absolute source path"
+                )
+            out.append(Artifact(entry["source"], tuple(entry.get("exclude", ())), service))
         return tuple(out)
 
     def healthcheck(self, value: Any, where: str) -> Healthcheck | None:
@@ -306,11 +326,6 @@ class _Reader:
         for i, hook in enumerate(section.get("collect", [])):
             if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
                 raise self.fail(f"{where}verifier.collect[{i}] needs a command")
-            if hook.get("service", MAIN_SERVICE) != MAIN_SERVICE:
-                raise self.fail(
-                    f"{where}verifier.collect[{i}] runs in the sidecar service "
-                    f"{hook['service']!r}: sidecar services are not supported"
-                )
             collect.append(
                 Collect(
                     hook["command"],
@@ -318,6 +333,7 @@ class _Reader:
                         hook.get("timeout_sec"), f"{where}verifier.collect[{i}].timeout_sec", 60.0
                     ),
                     self.user(hook.get("user")),
+                    hook.get("service") or MAIN_SERVICE,
                 )
             )
         env = section.get("env", {})

@@ -36,6 +36,7 @@ from typing import Any
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Score, Task, VerifierError
 from pomona.benchmarks.terminal_bench_config import (
+    MAIN_SERVICE,
     Artifact,
     StepConfig,
     TbConfig,
@@ -133,12 +134,17 @@ def read_text(sandbox: Any, path: str) -> str | None:
         return None
 
 
-def copy_artifacts(source: Any, target: Any, artifacts: tuple[Artifact, ...]) -> list[str]:
+def copy_artifacts(
+    agent: Any, target: Any, artifacts: tuple[Artifact, ...], services: Any = None
+) -> list[str]:
     """harbor's re-materialization: each artifact at its own path in the target (a directory
-    replaced whole), plus the convention directory; missing ones are skipped. Returns what was
+    replaced whole), plus the convention directory, from the agent's sandbox or the sidecar it
+    names (`services`: the agent's ServiceGroup); missing ones are skipped. Returns what was
     copied."""
     copied = []
     for artifact in (*artifacts, Artifact(ARTIFACTS)):
+        main = artifact.service == MAIN_SERVICE
+        source = agent if main else services.sandbox_of(artifact.service)
         path = shlex.quote(artifact.source)
         kind = source.exec(
             f"test -d {path} && echo d || (test -f {path} && echo f)", user="root", timeout=60
@@ -218,14 +224,21 @@ class TbScorer:
         out = []
         hooks = self.config.verifier_of(step).collect if self.config else ()
         for hook in hooks:
-            done = sandbox.exec(
+            main = hook.service == MAIN_SERVICE
+            where = sandbox if main else task.services_of(sandbox).sandbox_of(hook.service)
+            done = where.exec(
                 hook.command,
-                cwd=task.environment.workdir,
+                cwd=task.environment.workdir if main else None,
                 user=hook.user or "root",
                 timeout=hook.timeout,
             )
             out.append(
-                {"command": hook.command, "exit_code": done.exit_code, "timed_out": done.timed_out}
+                {
+                    "command": hook.command,
+                    "service": hook.service,
+                    "exit_code": done.exit_code,
+                    "timed_out": done.timed_out,
+                }
             )
         return out
 
@@ -239,10 +252,17 @@ class TbScorer:
                 snapshot = agent.snapshot()
                 (target,) = client.fork(snapshot, 1, labels={"purpose": "tb-verify"})
                 install_pytest(target, force=True)  # whatever the agent left, pytest comes fresh
+                if services := task.services_of(agent):
+                    services.attach(target, owner=False)  # the agent's sidecars, as they are
             else:
                 target = self._fresh_environment(task, client, step)
                 artifacts = self.config.artifacts if self.config else ()
-                copy_artifacts(agent, target, artifacts + (step.artifacts if step else ()))
+                copy_artifacts(
+                    agent,
+                    target,
+                    artifacts + (step.artifacts if step else ()),
+                    task.services_of(agent),
+                )
             yield target
         finally:
             with contextlib.suppress(Exception):
