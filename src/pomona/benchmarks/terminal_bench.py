@@ -9,6 +9,8 @@ agent cannot tamper with the verdict (terminal_bench_verifier), configured by ha
     <task>/solution/solve.sh     the oracle
     <task>/steps/<name>/         a multi-step task's steps: instruction.md, workdir/ (copied into
                                  the workdir before the step, its setup.sh run), tests/, solution/
+    <task>/environment/docker-compose.yaml   sidecar services besides `main`, each in a sandbox
+                                 of its own (terminal_bench_services)
 
 Where a task names `[environment] docker_image`, it runs there (as root unless `[agent].user`
 names another user). Pomona's local tasks instead set `[metadata] pomona_image = "host"`: they run
