@@ -6,6 +6,9 @@ Recorded runs (one trajectory directory, task files/create-hello, one episode ea
                        (a second, non-recording proxy serving the scripted model: token ids are
                        its byte-level tokenizer's, prefix-stable)
   claude-code          anthropic, the scripted model directly: no token ids
+
+The sandbox state directory and the per-test recording proxy are the gym's (tests/gym/conftest.py),
+with this directory's `harnesses_ready` (more harnesses) behind them.
 """
 
 from __future__ import annotations
