@@ -331,6 +331,60 @@ def test_sidecar_services_through_a_harness(client: Any, proxy: ProxyLink) -> No
     assert services_left(client) == []
 
 
+FAKE_RELAY = """
+import socket
+server = socket.socket()
+server.bind(("127.0.0.1", 7000))
+server.listen()
+open("/tmp/ready", "w").close()
+with open("/tmp/fake.log", "w") as log:
+    for said in (b"x" * 1000, b"127.0.0.10:2222\\nping", b"127.0.0.10:8080\\nping"):
+        channel, _ = server.accept()
+        channel.sendall(said)
+        log.write(repr(channel.recv(100)) + "\\n")
+        log.flush()
+"""
+ECHO = """
+import socket, threading
+def echo(server):
+    while True:
+        client, _ = server.accept()
+        client.sendall(client.recv(100))
+        client.close()
+for port in (8080, 2222):  # 2222: listening, but not a port the service lists
+    server = socket.create_server(("127.0.0.1", port))
+    threading.Thread(target=echo, args=(server,)).start()
+open("/tmp/ready", "w").close()
+"""
+
+
+def test_a_relay_the_agent_replaced_cannot_steer_the_bridge(client: Any) -> None:
+    """What the relay says comes from the sandbox: a route line that never ends, or one naming
+    a port the service does not list, gets the channel closed; only a listed route is joined."""
+    from pomona.benchmarks.terminal_bench_services import _Bridge
+
+    with (
+        client.create_sandbox("host", network="none", user="root") as agent,
+        client.create_sandbox("host", network="none") as service,
+    ):
+        for sandbox, program in ((agent, FAKE_RELAY), (service, ECHO)):
+            sandbox.write_file("/tmp/p.py", program)
+            sandbox.exec("(setsid python3 /tmp/p.py > /tmp/p.out 2>&1 < /dev/null &)", timeout=60)
+        for sandbox in (agent, service):
+            wait = "for i in $(seq 600); do test -e /tmp/ready && exit 0; sleep 0.1; done; exit 1"
+            assert sandbox.exec(wait, timeout=120).exit_code == 0
+        bridge = _Bridge(agent, 7000, {b"127.0.0.10:8080": (service, 8080)}, on_gone=None)
+        try:
+            for _ in range(600):
+                log = agent.exec("cat /tmp/fake.log 2>/dev/null", timeout=30).stdout.split()
+                if len(log) == 3:
+                    break
+                time.sleep(0.1)
+        finally:
+            bridge.stop()
+    assert log == ["b''", "b''", "b'ping'"]
+
+
 # --- per-phase network policy --------------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ RELAY = Path(__file__).with_name("terminal_bench_relay.py")
 RELAY_PATH = "/tmp/pomona-relay.py"
 FIRST_ADDRESS = 10  # the services' addresses: 127.0.0.10, 127.0.0.11, ...
 POOL = 4  # idle channels kept open to each relay
+MAX_ROUTE = 256  # the longest route line a relay may send
 _REFUSED_KEYS = ("privileged", "cap_add", "devices", "network_mode", "pid", "ipc")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
 
@@ -287,9 +288,13 @@ class ServiceGroup:
             raise RuntimeError(
                 f"the service relay did not start: {done.stderr.strip()} {done.stdout.strip()}"
             )
-        by_address = {self.addresses[s.name]: self.sandboxes[s.name] for s in self.services}
+        by_route = {
+            f"{self.addresses[s.name]}:{p}".encode(): (self.sandboxes[s.name], p)
+            for s in self.services
+            for p in s.ports
+        }
         bridge = _Bridge(
-            sandbox, int(ready.group(1)), by_address, on_gone=self.close if owner else None
+            sandbox, int(ready.group(1)), by_route, on_gone=self.close if owner else None
         )
         self._bridges.append(bridge)
 
@@ -343,9 +348,13 @@ class _Bridge:
     the service it asked for."""
 
     def __init__(
-        self, sandbox: Any, port: int, services: dict[str, Any], on_gone: Callable[[], None] | None
+        self,
+        sandbox: Any,
+        port: int,
+        routes: dict[bytes, tuple[Any, int]],  # b"address:port" -> (service sandbox, port)
+        on_gone: Callable[[], None] | None,
     ):
-        self.sandbox, self.port, self.services, self.on_gone = sandbox, port, services, on_gone
+        self.sandbox, self.port, self.routes, self.on_gone = sandbox, port, routes, on_gone
         self.idle = threading.Semaphore(POOL)
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._keep, daemon=True, name="pomona-tb-bridge")
@@ -381,9 +390,9 @@ class _Bridge:
 
     def _serve(self, channel: Any) -> None:
         head = b""
-        try:
-            while b"\n" not in head:
-                data = channel.recv()
+        try:  # the relay is in the sandbox: what it says is input, read with bounds
+            while b"\n" not in head and len(head) < MAX_ROUTE:
+                data = channel.recv(MAX_ROUTE)
                 if not data:
                     raise ConnectionError("the relay closed the channel")
                 head += data
@@ -392,11 +401,13 @@ class _Bridge:
             channel.close()
             return
         self.idle.release()  # this channel is taken: open another
-        line, rest = head.split(b"\n", 1)
-        address, port = line.decode().rsplit(":", 1)
+        line, _, rest = head.partition(b"\n")
+        route = self.routes.get(line)
         try:
-            target = self.services[address].connect(int(port))
-        except Exception:  # noqa: BLE001 - the service is not listening: refuse the client
+            if route is None:
+                raise LookupError(f"no such service route: {line[:80]!r}")
+            target = route[0].connect(route[1])
+        except Exception:  # noqa: BLE001 - no such service, or not listening: refuse the client
             channel.close()
             return
         if rest:
