@@ -18,6 +18,7 @@ from pomona import trajectories
 from pomona.orchestrator.server.app import build
 from pomona.orchestrator.server.coordinator import Timing
 from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy.recording import CallRecord
 from tests.service.harness import KEYS, server_thread, unmount
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {
@@ -50,21 +51,16 @@ def upstream() -> Iterator[str]:
         yield server.url
 
 
-def test_proxy_metrics_count_calls_tokens_and_writes(upstream: str, tmp_path: Path) -> None:
-    config = ProxyConfig.from_model_list(
-        [
-            {
-                "model_name": "far",
-                "litellm_params": {
-                    "model": "openai/scripted",
-                    "api_base": upstream + "/v1",
-                    "api_key": "k",
-                },
-            }
-        ],  # fmt: skip
-        trajectories=tmp_path,
+def far_config(upstream: str, trajectories: Path) -> ProxyConfig:
+    """A proxy whose model `far` is passed through to `upstream`."""
+    route = {"model": "openai/scripted", "api_base": upstream + "/v1", "api_key": "k"}
+    return ProxyConfig.from_model_list(
+        [{"model_name": "far", "litellm_params": route}], trajectories=trajectories
     )
-    with ProxyServer(config) as proxy:
+
+
+def test_proxy_metrics_count_calls_tokens_and_writes(upstream: str, tmp_path: Path) -> None:
+    with ProxyServer(far_config(upstream, tmp_path)) as proxy:
         ep = proxy.open_episode(model="scripted", script=["ls", "pwd"])
         chat = openai.OpenAI(base_url=ep["base_url"], api_key="k", max_retries=0)
         chat.chat.completions.create(
@@ -135,6 +131,46 @@ def test_a_proxy_that_records_nothing_still_counts_and_guards_its_metrics() -> N
         == 1
     )
     assert value(samples, "pomona_proxy_store_write_seconds_count") == 0
+
+
+class Observer:
+    """A CallObserver of the test's own."""
+
+    def __init__(self) -> None:
+        self.records: list[CallRecord] = []
+
+    def recorded(self, call: CallRecord) -> None:
+        self.records.append(call)
+
+
+def test_observers_the_app_is_given_see_each_call_with_the_upstreams_own_timing(
+    upstream: str, tmp_path: Path
+) -> None:
+    """The metrics are one observer of the model-call path; the upstream layer times the
+    upstream itself (its methods are its own, not replaced at runtime)."""
+    seen = Observer()
+    with ProxyServer(far_config(upstream, tmp_path), observers=[seen]) as proxy:
+        assert "call" not in vars(proxy.state.upstreams)
+        ep = proxy.open_episode(model="scripted", script=["ls"])
+        chat = openai.OpenAI(base_url=ep["base_url"], api_key="k", max_retries=0)
+        chat.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}], tools=TOOLS
+        )
+        far = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        for _ in far.chat.completions.create(model="far", messages=[{"role": "user", "content": "go"}],
+                                             tools=TOOLS, stream=True):  # fmt: skip
+            pass
+        samples = scrape(proxy.url)
+    stored = trajectories.read(tmp_path, "calls").to_pylist()
+    assert [r.row["call_id"] for r in seen.records] == [r["call_id"] for r in stored]
+    scripted, passed = seen.records
+    assert scripted.row["upstream"] == "scripted" and scripted.upstream_ttfb_s is None
+    assert passed.row["upstream"] == "passthrough" and passed.upstream_ttfb_s is not None
+    # the upstream's first byte came within the proxy's own wait for it
+    assert 0 <= passed.upstream_ttfb_s <= passed.row["ttfb_ms"] / 1000
+    assert all(r.write_s is not None for r in seen.records)
+    added = value(samples, "pomona_proxy_added_seconds_count", upstream="passthrough", dialect="chat")
+    assert added == 1
 
 
 # --- the sandbox service --------------------------------------------------------------------------

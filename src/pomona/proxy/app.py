@@ -7,7 +7,7 @@ the proxy's own routes need an API key when keys are configured, and everything 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -16,14 +16,19 @@ from pomona.proxy import openapi
 from pomona.proxy.config import ProxyConfig
 from pomona.proxy.dependencies import episode_in_url, require_api_key
 from pomona.proxy.errors import add_handlers
-from pomona.proxy.metrics import instrument
+from pomona.proxy.metrics import ProxyMetrics, add_metrics_route
+from pomona.proxy.recording import CallObserver
 from pomona.proxy.routes import episodes, model_calls, policy, probes
 from pomona.proxy.state import ProxyState
 
 
-def create_app(config: ProxyConfig | None = None) -> FastAPI:
-    """The proxy app; `ProxyState.of(app)` holds its episodes, recorder and upstream clients."""
-    state = ProxyState(config or ProxyConfig())
+def create_app(
+    config: ProxyConfig | None = None, observers: Sequence[CallObserver] = ()
+) -> FastAPI:
+    """The proxy app; `ProxyState.of(app)` holds its episodes, recorder and upstream clients.
+    Its metrics, and any `observers` given, are told of every call once it is recorded."""
+    metrics = ProxyMetrics()
+    state = ProxyState(config or ProxyConfig(), [metrics, *observers])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -40,7 +45,7 @@ def create_app(config: ProxyConfig | None = None) -> FastAPI:
     )
     app.state.proxy = state
     guarded = [Depends(require_api_key)]
-    instrument(app, state, guarded)  # GET /metrics
+    add_metrics_route(app, metrics, guarded)
     app.include_router(model_calls.router, dependencies=guarded)
     app.include_router(
         model_calls.episode_router, prefix="/e/{key}", dependencies=[Depends(episode_in_url)]

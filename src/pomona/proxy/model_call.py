@@ -65,7 +65,7 @@ async def _serve(
     call.request(raw, body, side=side)
     model = (episode.model if episode and episode.model else None) or body.get("model")
     call.route(model, None)  # the model is recorded even when nothing serves it
-    upstream, answer = _answerer(state, request, dialect, raw, body, model, episode, side)
+    upstream, answer = _answerer(state, request, call, raw, body, model, side)
     call.route(model, upstream)
     call.exchange = capture.Exchange()
     token = capture.exchange.set(call.exchange)
@@ -82,14 +82,15 @@ async def _serve(
 def _answerer(
     state: ProxyState,
     request: Request,
-    dialect: Dialect,
+    call: Call,
     raw: bytes,
     body: dict[str, Any],
     model: Any,
-    episode: Episode | None,
     side: bool,
 ) -> tuple[str, Answer]:
-    """Who answers the call, and the upstream name its row carries until the answer names one."""
+    """Who answers the call, and the upstream name its row carries until the answer names one.
+    A call to the model's route is noted on `call` (`call.upstream`), for its timings."""
+    dialect, episode = call.dialect, call.episode
     if episode is not None and episode.policy is not None:
         policy = episode.policy
 
@@ -115,7 +116,7 @@ def _answerer(
         raise BadRequest(
             404, f"model {model!r} is not in the proxy's model list", "model_not_found"
         )
-    upstream_call = UpstreamCall(
+    upstream_call = call.upstream = UpstreamCall(
         route, dialect, raw, body, dict(request.headers), request.url.query
     )
     return route.path_for(dialect.name), lambda: state.upstreams.call(upstream_call)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from pomona.proxy.capture import Exchange
 from pomona.proxy.dialects import DIALECTS, Dialect, TokenData
 from pomona.proxy.episodes import Episode, utcnow
+from pomona.proxy.upstream import UpstreamCall
 from pomona.trajectories.redact import (
     Scrubber,
     redact_body,
@@ -35,16 +36,27 @@ _TEXT_COLUMNS = (
 )  # fmt: skip
 
 
-class RowWriter(Protocol):
-    """Where `calls` rows go: a trajectory writer, or a wrapper around one (metrics.py)."""
+@dataclass(frozen=True)
+class CallRecord:
+    """One finished model call as an observer sees it: its row (as stored, secrets redacted)
+    and the timings a row does not hold."""
 
-    def write(self, row: Mapping[str, Any]) -> None: ...
+    row: Mapping[str, Any]
+    upstream_ttfb_s: float | None  # the upstream's own time to first byte; None: no upstream
+    write_s: float | None  # appending the row to the store; None when nothing is stored
 
-    def close(self) -> None: ...
+
+class CallObserver(Protocol):
+    """Told of every model call once its row is written (every call, answered or refused, ends
+    in exactly one row), so what it counts agrees with the trajectories. metrics.py is one; the
+    app passes them in (`create_app(config, observers=...)`)."""
+
+    def recorded(self, call: CallRecord) -> None: ...
 
 
 class Recorder:
-    """The proxy's two trajectory writers; a no-op when no directory is configured.
+    """The proxy's two trajectory writers (none when no directory is configured), and the
+    observers told of each call row.
 
     `secrets` are values the proxy itself holds (upstream keys, its own API keys): they are
     blanked wherever they would appear in a row.
@@ -55,13 +67,24 @@ class Recorder:
         directory: str | os.PathLike[str] | None,
         durable: bool = False,
         secrets: Iterable[object] = (),
+        observers: Iterable[CallObserver] = (),
     ):
         # a directory, or an object store URI (many proxy replicas, one store: storage.py)
-        self.calls: RowWriter | None = (
-            open_writer(directory, "calls", durable=durable) if directory else None
-        )
+        self.calls = open_writer(directory, "calls", durable=durable) if directory else None
         self.episodes = open_writer(directory, "episodes", durable=durable) if directory else None
         self.secrets = [s for s in secrets if isinstance(s, str)]
+        self.observers = list(observers)
+
+    def call(self, row: Mapping[str, Any], upstream_ttfb_s: float | None = None) -> None:
+        """Write one `calls` row, then tell the observers."""
+        write_s = None
+        if self.calls is not None:
+            start = time.perf_counter()
+            self.calls.write(row)
+            write_s = time.perf_counter() - start
+        record = CallRecord(row, upstream_ttfb_s, write_s)
+        for observer in self.observers:
+            observer.recorded(record)
 
     def close(self) -> None:
         for w in (self.calls, self.episodes):
@@ -105,6 +128,7 @@ class Call:
     t0: float = field(default_factory=time.perf_counter)
     finished: bool = False
     exchange: Exchange | None = None  # the upstream HTTP exchange, once one is made
+    upstream: UpstreamCall | None = None  # the request to the model's route, if it has one
     upstream_dialect: str | None = None
 
     def __post_init__(self) -> None:
@@ -170,8 +194,7 @@ class Call:
         if isinstance(final, dict) and status == "ok":
             self._tokens(final)
         self._redact()
-        if self.recorder.calls:
-            self.recorder.calls.write(self.row)
+        self.recorder.call(self.row, self.upstream.ttfb if self.upstream else None)
 
     def _upstream(self) -> None:
         ex = self.exchange

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 from pomona.proxy.app import create_app
 from pomona.proxy.config import ProxyConfig
 from pomona.proxy.policy import Policy
+from pomona.proxy.recording import CallObserver
 from pomona.proxy.schemas import EpisodeSpec, validated
 from pomona.proxy.state import ProxyState, episode_urls
 
@@ -85,10 +86,15 @@ class ProxyServer(AppServer):
     """The proxy on a free port; `url` is its root, `open_episode` gives per-episode base URLs."""
 
     def __init__(
-        self, config: ProxyConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        config: ProxyConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        observers: Sequence[CallObserver] = (),
     ):
         self.config = config or ProxyConfig()
-        app = create_app(self.config)
+        app = create_app(self.config, observers)
         self.state = ProxyState.of(app)
         super().__init__(app, host=host, port=port)
 

@@ -4,6 +4,7 @@ HTTP routes and in-process callers (`ProxyServer`) share, so both validate and r
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,18 +14,18 @@ from pomona.proxy.config import ProxyConfig
 from pomona.proxy.episodes import Episode, Episodes, new_key, utcnow
 from pomona.proxy.errors import EpisodeNotFound, MalformedRequest
 from pomona.proxy.policy import Policy
-from pomona.proxy.recording import Recorder
+from pomona.proxy.recording import CallObserver, Recorder
 from pomona.proxy.upstream import Upstreams
 
 
 class ProxyState:
     """Everything one proxy app owns; `app.state.proxy` (see `of`)."""
 
-    def __init__(self, config: ProxyConfig):
+    def __init__(self, config: ProxyConfig, observers: Iterable[CallObserver] = ()):
         self.config = config
         self.episodes = Episodes()
         held = [*(m.params.get("api_key") for m in config.models), *config.api_keys.values()]
-        self.recorder = Recorder(config.trajectories, config.durable, secrets=held)
+        self.recorder = Recorder(config.trajectories, config.durable, held, observers)
         self.upstreams = Upstreams(config)
         self._closing = threading.Lock()
 

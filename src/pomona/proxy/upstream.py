@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -55,6 +56,15 @@ class UpstreamCall:
     body: dict[str, Any]
     headers: dict[str, str]
     query: str = ""
+    started: float | None = None  # perf_counter when the kind was called (after its warm-up)
+    first_byte: float | None = None  # perf_counter when its answer, or a stream's first chunk, came
+
+    @property
+    def ttfb(self) -> float | None:
+        """The upstream's own time to first byte in seconds, once it answered."""
+        if self.started is None or self.first_byte is None:
+            return None
+        return self.first_byte - self.started
 
 
 @dataclass
@@ -150,26 +160,30 @@ class Upstreams:
             await kind.aclose()
 
     async def call(self, call: UpstreamCall) -> Outcome:
-        """The kind's answer within the route's total time limit, which also ends its stream."""
+        """The kind's answer within the route's total time limit, which also ends its stream;
+        `call.started` and `call.first_byte` say when the kind began and first answered."""
         kind = self._kind(call.route)
         if isinstance(kind, WarmingUpstream):
             await kind.warm(call)
         total = call.route.timeouts.total
+        call.started = time.perf_counter()
         try:
             async with asyncio.timeout(total) as limit:
                 outcome = await kind.call(call)
         except TimeoutError:
             raise timed_out(call.route.name, f"no answer within {total:g} s") from None
-        deadline = limit.when()
-        if outcome.stream is not None and deadline is not None:
-            outcome.stream = _until(outcome.stream, deadline, f"{total:g} s", call.route.name)
+        if outcome.stream is None:
+            call.first_byte = time.perf_counter()
+        else:
+            outcome.stream = _until(outcome.stream, call, limit.when())
         return outcome
 
 
 async def _until(
-    stream: AsyncIterator[bytes], deadline: float, total: str, name: str
+    stream: AsyncIterator[bytes], call: UpstreamCall, deadline: float | None
 ) -> AsyncIterator[bytes]:
-    """The stream, cut with a timeout error at `deadline` (the event loop's clock)."""
+    """The stream, noting its first chunk on `call`, cut with a timeout error at `deadline` (the
+    event loop's clock; None: never)."""
     try:
         while True:
             try:
@@ -178,7 +192,10 @@ async def _until(
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise timed_out(name, f"stream not done within {total}") from None
+                total = call.route.timeouts.total
+                raise timed_out(call.route.name, f"stream not done within {total:g} s") from None
+            if call.first_byte is None:
+                call.first_byte = time.perf_counter()
             yield chunk
     finally:
         close = getattr(stream, "aclose", None)
