@@ -4,8 +4,10 @@ answered automatically; a policy that never answers, or an episode that ends, gi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 
 import anthropic
 import httpx
@@ -270,3 +272,43 @@ def test_policy_over_http(proxy, runs):
         assert (
             http.get(f"/episodes/{ep['key']}/calls/next", params={"timeout": 5}).status_code == 204
         )
+
+
+def test_a_hundred_waiting_long_polls_hold_no_thread(proxy, runs):
+    """More policies long-polling at once than the server has worker threads (40) leave it
+    serving: one more policy still takes its held call and replies, the harness's model call
+    completes, and every poll still waits until its episode ends."""
+    idle = [proxy.open_episode(model="policy") for _ in range(100)]
+    busy = proxy.open_episode(model="policy")
+    policies = [proxy.state.episodes.get(ep["key"]).policy for ep in idle]
+
+    async def drive() -> list[int]:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=900, limits=limits) as http:
+            polls = [
+                asyncio.create_task(
+                    http.get(f"/episodes/{ep['key']}/calls/next", params={"timeout": 600})
+                )
+                for ep in idle
+            ]
+            deadline = time.monotonic() + 200  # generous: only a limit to fail by, not a measure
+            while (waiting := sum(p.readers for p in policies)) < len(idle):
+                assert time.monotonic() < deadline, f"{waiting} polls wait, the rest want a thread"
+                await asyncio.sleep(0.05)
+            harness = openai.AsyncOpenAI(base_url=busy["base_url"], api_key="sk-x", max_retries=0)
+            answer = asyncio.create_task(
+                harness.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "x"}], tools=[CHAT_BASH]
+                )
+            )
+            held = await http.get(f"/episodes/{busy['key']}/calls/next", params={"timeout": 600})
+            sequence = held.json()["sequence"]
+            await http.post(f"/episodes/{busy['key']}/calls/{sequence}/reply", json={"text": "ok"})
+            assert (await answer).choices[0].message.content == "ok"
+            assert not any(p.done() for p in polls)
+            for ep in idle:
+                await http.post(f"/episodes/{ep['key']}/close", json={})
+            return [(await p).status_code for p in polls]
+
+    assert asyncio.run(drive()) == [204] * len(idle)
+    assert sum(p.readers for p in policies) == 0

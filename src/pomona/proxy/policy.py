@@ -7,6 +7,10 @@ into the caller's dialect, streamed or not, and recorded like any other call. Wh
 a future rather than a callback: the proxy runs on its own event loop thread, the policy on the
 caller's thread, and neither should block the other.
 
+The queue has two kinds of readers: a thread (`next_call`, in-process policies) waits on a
+condition; a coroutine (`next_call_async`, the HTTP long poll) waits on a future of its own
+loop, so a waiting poll holds no thread, however many policies poll at once.
+
 - Side calls (no tools: title generation...) never reach the policy; they get `side_text`.
 - A call the policy leaves unanswered for `timeout` seconds gets a 504 in the caller's dialect
   (recorded as `upstream_error`, upstream `policy`), and a late reply raises `CallExpired`.
@@ -17,9 +21,9 @@ caller's thread, and neither should block the other.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -69,11 +73,14 @@ class Policy:
         self.timeout = timeout
         self.side_text = side_text
         self.expired: list[int] = []  # sequences of calls the policy let time out
-        self._calls: queue.Queue[HeldCall | None] = queue.Queue()
+        self._queue: collections.deque[HeldCall] = collections.deque()
         self._held: dict[int, HeldCall] = {}
         self._count = 0
         self._closed = False
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # thread readers
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._thread_readers = 0
 
     @property
     def closed(self) -> bool:
@@ -101,7 +108,8 @@ class Policy:
             )
             self._count += 1
             self._held[call.sequence] = call
-        self._calls.put(call)
+            self._queue.append(call)
+            self._wake()
         try:
             async with asyncio.timeout(self.timeout):
                 action = await asyncio.wrap_future(call._reply)
@@ -120,17 +128,58 @@ class Policy:
     # --- the policy's side --------------------------------------------------------------------
     def next_call(self, timeout: float | None = None) -> HeldCall | None:
         """The next held call; None once the policy is closed. Raises TimeoutError after
-        `timeout` seconds with no call."""
-        while True:
+        `timeout` seconds with no call. Blocks the calling thread."""
+        with self._arrived:
+            self._thread_readers += 1
             try:
-                call = self._calls.get(timeout=timeout)
-            except queue.Empty:
-                raise TimeoutError(f"no model call within {timeout:g} s") from None
-            if call is None:
-                self._calls.put(None)  # stay closed for every later reader
-                return None
-            if call.waiting:  # skip calls that expired while queued
-                return call
+                if not self._arrived.wait_for(self._ready, timeout):
+                    raise TimeoutError(f"no model call within {timeout:g} s")
+            finally:
+                self._thread_readers -= 1
+            return self._take()
+
+    async def next_call_async(self, timeout: float | None = None) -> HeldCall | None:
+        """`next_call` for a coroutine: it waits on its event loop and holds no thread."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    with self._lock:
+                        if self._ready():
+                            return self._take()
+                        waiter = (loop, loop.create_future())
+                        self._waiters.append(waiter)
+                    try:
+                        await waiter[1]
+                    finally:
+                        with self._lock, contextlib.suppress(ValueError):
+                            self._waiters.remove(waiter)
+        except TimeoutError:
+            raise TimeoutError(f"no model call within {timeout:g} s") from None
+
+    @property
+    def readers(self) -> int:
+        """How many readers (threads and coroutines) are waiting for a call now."""
+        with self._lock:
+            return self._thread_readers + len(self._waiters)
+
+    def _ready(self) -> bool:
+        """Whether a reader can return now (under the lock): the policy is closed, or a call
+        waits at the queue's head once calls that stopped waiting (expired) are dropped."""
+        while self._queue and not self._queue[0].waiting:
+            self._queue.popleft()
+        return self._closed or bool(self._queue)
+
+    def _take(self) -> HeldCall | None:
+        """What a ready reader returns (under the lock): None once closed, else the next call."""
+        return None if self._closed else self._queue.popleft()
+
+    def _wake(self) -> None:
+        """Tell every reader something changed (under the lock); each looks again."""
+        self._arrived.notify_all()
+        for loop, future in self._waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is gone: nobody is waiting there
+                loop.call_soon_threadsafe(_resolve, future)
 
     def held(self, sequence: int) -> HeldCall | None:
         """The call with this sequence if it is still waiting (for replies over HTTP)."""
@@ -153,9 +202,14 @@ class Policy:
         with self._lock:
             self._closed = True
             held = list(self._held.values())
+            self._wake()
         for call in held:
             with contextlib.suppress(concurrent.futures.InvalidStateError):  # a reply won the race
                 call._reply.set_exception(
                     CallExpired("the policy episode ended before this call was answered")
                 )
-        self._calls.put(None)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

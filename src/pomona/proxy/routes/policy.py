@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 
@@ -20,9 +19,10 @@ router = APIRouter(prefix="/episodes/{key}/calls")
 async def next_policy_call(
     policy: UrlPolicy, timeout: Annotated[float, Query(ge=0, le=600)] = 30.0
 ) -> Response:
-    """The next held call (dialect-neutral); 204 once the episode is over, 408 on timeout."""
+    """The next held call (dialect-neutral); 204 once the episode is over, 408 on timeout. The
+    wait holds no thread, so any number of policies may poll at once."""
     try:
-        call = await anyio.to_thread.run_sync(policy.next_call, timeout)
+        call = await policy.next_call_async(timeout)
     except TimeoutError as e:
         raise BadRequest(408, str(e), "timeout") from None
     if call is None:
