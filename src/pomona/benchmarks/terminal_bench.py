@@ -30,10 +30,8 @@ left out, as harbor leaves them out.
 from __future__ import annotations
 
 import base64
-import io
 import re
 import shlex
-import tarfile
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -57,6 +55,7 @@ from pomona.benchmarks.terminal_bench_verifier import (
     parse_reward,
     reward_of,
     sanitized,
+    tar_of,
 )
 
 __all__ = [
@@ -119,14 +118,6 @@ def steps_solve_command(solutions: dict[str, str], env: dict[str, str] | None = 
         f'{_exports(env)}case "$(cat {STEP_MARKER})" in {cases}'
         '*) echo "no solution for this step" >&2; exit 1 ;; esac'
     ]
-
-
-def _tar_dir(directory: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(directory.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(directory)), recursive=False)
-    return buf.getvalue()
 
 
 @dataclass
@@ -232,7 +223,7 @@ class TbTask(Task):
         files = Path(self.metadata["task_dir"]) / "steps" / step.name / "workdir"
         if files.is_dir():
             staging = f"/tmp/pomona-step-{step.name}"
-            sandbox.upload_dir(staging, sanitized(_tar_dir(files)))
+            sandbox.upload_dir(staging, sanitized(tar_of(files)))
             sandbox.exec(f"chmod -R a+rX {shlex.quote(staging)}", user="root", timeout=60)
             copied = sandbox.exec(
                 f"cp -R {shlex.quote(staging)}/. {shlex.quote(workdir)}/", user=user, timeout=120

@@ -22,10 +22,8 @@ environment directory to copy in, as the service's Dockerfile would), `entrypoin
 from __future__ import annotations
 
 import contextlib
-import io
 import re
 import shlex
-import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks.terminal_bench_config import Healthcheck, resolve_env
+from pomona.benchmarks.terminal_bench_verifier import tar_of
 
 RELAY = Path(__file__).with_name("terminal_bench_relay.py")
 RELAY_PATH = "/tmp/pomona-relay.py"
@@ -198,17 +197,6 @@ def _healthcheck(spec: Any, where: str, fail: Callable[[str], ValueError]) -> He
         raise fail(f"{where}: healthcheck: {e}") from None
 
 
-def _tar(src: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        if src.is_file():
-            tar.add(src, arcname=src.name)
-        else:
-            for p in sorted(src.rglob("*")):
-                tar.add(p, arcname=str(p.relative_to(src)), recursive=False)
-    return buf.getvalue()
-
-
 # --- running them ------------------------------------------------------------------------------
 
 
@@ -314,7 +302,10 @@ def _launch(s: Service, sandbox: Any) -> None:
     for src, dst in s.copies:
         target = dst if src.is_dir() else str(Path(dst).parent)
         sandbox.exec(f"mkdir -p {shlex.quote(target)}", user="root", timeout=60)
-        sandbox.upload_dir(target, _tar(src))
+        if src.is_dir():
+            sandbox.upload_dir(dst, tar_of(src))
+        else:
+            sandbox.write_file(dst, src.read_bytes())
     log = "/tmp/pomona-service.log"
     started = sandbox.exec(
         f"(setsid {shlex.join(s.command)} > {log} 2>&1 < /dev/null &)", cwd=s.workdir, timeout=60
