@@ -241,6 +241,13 @@ def test_a_multi_step_task_call_by_call(state_dir: str, proxy: ProxyLink) -> Non
     assert any("A delivery has arrived" in m for m in seen)
 
 
+def test_a_step_whose_setup_breaks_is_a_verifier_failure(state_dir: str, tmp_path: Path) -> None:
+    d = copy_task(tmp_path, "inventory-steps")
+    (d / "steps" / "restock" / "workdir" / "setup.sh").write_text("echo no shelf >&2; exit 3\n")
+    reward, info = play(state_dir, tb.load_task(d), oracle=True)
+    assert info["failure"] == "verifier" and "setup.sh exited 3" in info["error"], info
+
+
 def test_a_step_left_undone_counts_zero(state_dir: str) -> None:
     task = next(t for t in TASKS if t.metadata["steps"])
     reward, info = play(state_dir, task, oracle=True, steps=1)  # step 2 gets no commands
@@ -320,6 +327,29 @@ def test_a_fork_verifier_reaches_the_agents_sidecars(
         "fork",
     )
     assert play(state_dir, task, oracle=False)[0] == 0.0
+    assert services_left(client) == []
+
+
+def test_a_service_that_never_gets_healthy_fails_the_set_up_and_leaves_nothing(
+    client: Any, tmp_path: Path
+) -> None:
+    d = copy_task(tmp_path, "ticket-triage", root=EXTRAS)
+    compose = d / "environment" / "docker-compose.yaml"
+    compose.write_text(
+        compose.read_text()
+        .replace(
+            'command: ["python3", "/srv/api/server.py"]',
+            """command: ["sh", "-c", "echo cannot open the ticket database; exit 1"]""",
+        )
+        .replace("start_period: 10s", "start_period: 0s")
+        .replace("retries: 30", "retries: 2")
+    )
+    task = tb.load_task(d)
+    with (
+        client.create_sandbox("host", network="none", workdir="/app") as agent,
+        pytest.raises(RuntimeError, match="cannot open the ticket database"),
+    ):
+        task.prepare(agent)
     assert services_left(client) == []
 
 
