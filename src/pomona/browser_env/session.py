@@ -19,9 +19,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pomona.browser_env import marks as som
 from pomona.browser_env.actions import Action
@@ -36,6 +34,9 @@ from pomona.browser_env.errors import (
 from pomona.errors import SandboxError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 from pomona.orchestrator.types import Mount
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SEARCH_HOME = "http://search.pomona.test/"  # where `Google` goes: the local web's search page
 NAVIGATION_RETRIES = 5  # observations retried when a navigation replaces the page mid-way
@@ -62,7 +63,9 @@ class Observation:
         return som.text_view(self.marks)
 
     def pixels(self) -> np.ndarray:
-        """The screenshot as an (height, width, 3) uint8 array."""
+        """The screenshot as an (height, width, 3) uint8 array (numpy is imported here, not with
+        the module: the harness registry loads this module for every `pomona` command)."""
+        import numpy as np
         from PIL import Image
 
         with Image.open(io.BytesIO(self.screenshot)) as image:

@@ -1,6 +1,7 @@
 """Gymnasium environments over real sandboxes and real, unmodified harnesses.
 
-Importing pomona registers them (each documents its spaces in its module):
+Importing pomona registers them, when gymnasium is imported (each documents its spaces in its
+module):
   pomona/ShellEnv-v0      one step is one shell command              (pomona.gym.shell_env)
   pomona/HarnessEnv-v0    one episode is one whole harness run       (pomona.gym.harness_env)
   pomona/ModelCallEnv-v0  one step is one model call of the harness  (pomona.gym.model_call_env)
@@ -12,6 +13,11 @@ Importing pomona registers them (each documents its spaces in its module):
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any
 
 _ENVS = {
@@ -29,6 +35,47 @@ def register_envs() -> None:
     for env_id, (entry_point, nondeterministic) in _ENVS.items():
         if env_id not in gymnasium.registry:
             gymnasium.register(env_id, entry_point=entry_point, nondeterministic=nondeterministic)
+
+
+def register_when_gymnasium_loads() -> None:
+    """Register the envs now if gymnasium is loaded, else the moment it is imported: `import
+    pomona` then registers them without importing gymnasium (and numpy) itself, which commands
+    that never make an env (`pomona --help`, `pomona serve`) would pay for at every start."""
+    if "gymnasium" in sys.modules:
+        register_envs()
+    elif not any(isinstance(finder, _RegisterOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport())
+
+
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: it lets the other finders find gymnasium and has its loader call
+    `register_envs` once the module has run. It steps aside after that one import."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> ModuleSpec | None:
+        if fullname != "gymnasium":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RegisterAfterRun(spec.loader)
+        return spec
+
+
+class _RegisterAfterRun(importlib.abc.Loader):
+    """gymnasium's own loader, then `register_envs`; the module keeps its own loader."""
+
+    def __init__(self, loader: importlib.abc.Loader):
+        self.loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        register_envs()
 
 
 def __getattr__(name: str) -> Any:
