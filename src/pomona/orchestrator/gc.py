@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from pomona.orchestrator.linux.cgroups import ROOT as CGROUP_ROOT
@@ -58,18 +59,23 @@ def _kill_cgroups(parents: list[Path]) -> list[str]:
     return released
 
 
-def _remove_cgroups(parents: list[Path]) -> None:
+def _remove_cgroups(parents: list[Path], limit: float = 10.0) -> None:
+    """A cgroup can go once its killed processes have left it: within moments, or later on a
+    loaded machine, so each is retried for up to `limit` seconds."""
+    deadline = time.monotonic() + limit
     for parent in parents:
         if parent.is_dir():
             for child in [p for p in parent.iterdir() if p.is_dir()]:
-                for _ in range(100):  # killed processes leave the cgroup within moments
+                while True:
                     try:
                         child.rmdir()
                         break
                     except FileNotFoundError:
                         break
                     except OSError:
-                        os.sched_yield()
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.01)
             with contextlib.suppress(OSError):
                 parent.rmdir()
 
