@@ -60,6 +60,10 @@ class Runtime(Protocol):
 
     async def list(self) -> list[SandboxInfo]: ...
 
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        """One sandbox as list() shows it, or None: what every request on a sandbox looks up,
+        without listing them all (a listing per request is quadratic in a burst)."""
+
     def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
         """Stream output as it is produced; the last item is the ExecResult."""
 

@@ -216,10 +216,8 @@ class SandboxService:
         return info
 
     async def _find(self, sandbox_id: str) -> SandboxInfo | None:
-        for info in await self.runtime.list():
-            if info.id == sandbox_id:
-                return self._with_expiry(info)
-        return None
+        info = await self.runtime.get(sandbox_id)
+        return None if info is None else self._with_expiry(info)
 
     def _with_expiry(self, info: SandboxInfo) -> SandboxInfo:
         if info.spec.timeout is not None:

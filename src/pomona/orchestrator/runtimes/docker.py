@@ -572,6 +572,10 @@ class DockerRuntime:
     async def list(self) -> list[SandboxInfo]:
         return [live.info(self.name) for live in self.sandboxes.values()]
 
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        live = self.sandboxes.get(sandbox_id)
+        return None if live is None else live.info(self.name)
+
     def _get(self, sandbox_id: str) -> _Live:
         live = self.sandboxes.get(sandbox_id)
         if live is None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -99,8 +100,13 @@ class _Record:
     snapshot: str | None = None
     message: str | None = None
 
+    @functools.cached_property
+    def sandbox_spec(self) -> SandboxSpec:
+        """The spec, parsed once: every exec and every listing reads it."""
+        return SandboxSpec.model_validate(self.spec)
+
     def info(self) -> SandboxInfo:
-        spec = SandboxSpec.model_validate(self.spec)
+        spec = self.sandbox_spec
         return SandboxInfo(id=self.id, runtime="local", status=self.status, spec=spec,
                            created_at=self.created_at, snapshot=self.snapshot, message=self.message)
 
@@ -535,7 +541,7 @@ class LocalRuntime:
         return (live.dir / "init.log").read_text().strip()
 
     async def _start_gateway(self, live: _Live) -> None:
-        spec = SandboxSpec.model_validate(live.record.spec)
+        spec = live.record.sandbox_spec
         if spec.network == NetworkMode.gateway and live.gateway is None:
             with self._namespaces(live, ("net",)) as fds:
                 live.gateway = Gateway(f"/proc/self/fd/{fds['net']}", spec.gateway_address)
@@ -588,13 +594,18 @@ class LocalRuntime:
         remove_directory(directory)
 
     async def list(self) -> list[SandboxInfo]:
-        infos = []
-        for live in self.sandboxes.values():
-            info = live.record.info()
-            if reason := live.dead():
-                info.status, info.message = "failed", f"the sandbox {reason}"
-            infos.append(info)
-        return infos
+        return [self._info(live) for live in self.sandboxes.values()]
+
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        live = self.sandboxes.get(sandbox_id)
+        return None if live is None else self._info(live)
+
+    @staticmethod
+    def _info(live: _Live) -> SandboxInfo:
+        info = live.record.info()
+        if reason := live.dead():
+            info.status, info.message = "failed", f"the sandbox {reason}"
+        return info
 
     async def refresh(self, sandbox_id: str) -> bool:
         """Re-read one sandbox from disk: how service replicas sharing this state dir see what
@@ -655,7 +666,7 @@ class LocalRuntime:
         checked against the held pidfd), its cgroup, its seccomp filter, its own process group.
         Everything on the way in is static (busybox, pomona-enter): cheap to exec, any host."""
         live = self._get(sandbox_id)
-        spec = SandboxSpec.model_validate(live.record.spec)
+        spec = live.record.sandbox_spec
         user = request.user or spec.user
         cwd = normalize(request.cwd or spec.workdir)
         # in `full` mode the sandbox shares the host's network namespace: nothing to enter there

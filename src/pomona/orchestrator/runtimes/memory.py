@@ -282,6 +282,10 @@ class MemoryRuntime:
     async def list(self) -> builtins.list[SandboxInfo]:
         return [s.info(self.name) for s in self.sandboxes.values()]
 
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        found = self.sandboxes.get(sandbox_id)
+        return None if found is None else found.info(self.name)
+
     def sandbox(self, sandbox_id: str) -> MemorySandbox:
         """A live sandbox (SandboxNotFound, or SandboxConflict once it failed)."""
         if (found := self.sandboxes.get(sandbox_id)) is None:

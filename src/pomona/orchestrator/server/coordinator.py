@@ -201,7 +201,7 @@ class Coordinator:
         if self._refresh is not None:
             found = await self._refresh(record.id)
         else:
-            found = any(i.id == record.id for i in await self.service.runtime.list())
+            found = await self.service.runtime.get(record.id) is not None
         if found:
             self._synced[record.id] = record.created_at
         return found
@@ -213,7 +213,8 @@ class Coordinator:
             raise SandboxNotFound.of(sandbox_id)
         if record.status == "ready" and not await self._sync(record):
             raise SandboxNotFound.of(sandbox_id)
-        return self._with_health([record], await self.service.runtime.list())[0]
+        running = await self.service.runtime.get(sandbox_id)
+        return self._with_health([record], [running] if running else [])[0]
 
     @staticmethod
     def _with_health(
