@@ -61,7 +61,7 @@ def main() -> None:
         for _ in range(args.rounds):
             with client.create_sandbox("host", network="none", timeout=3600) as agent:
                 t0 = time.perf_counter()
-                group = ServiceGroup.start(task.services, client, "none", 3600, {"perf": "tb"})
+                group = ServiceGroup.start(task.services, client, 3600, {"perf": "tb"})
                 try:
                     group.attach(agent, owner=True)
                     startup.append(time.perf_counter() - t0)

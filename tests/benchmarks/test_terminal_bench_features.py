@@ -353,6 +353,33 @@ def test_a_service_that_never_gets_healthy_fails_the_set_up_and_leaves_nothing(
     assert services_left(client) == []
 
 
+def test_two_episodes_on_the_hosts_network_keep_their_own_services(
+    state_dir: str, client: Any
+) -> None:
+    """Sandboxes with the host's network (`full` on the local runtime) share one loopback: each
+    episode's relay takes addresses of its own, so two at once neither collide nor mix."""
+    import gymnasium as gym
+
+    task = tb.load_task(EXTRAS / "ticket-triage")
+    envs = [
+        gym.make("pomona/ShellEnv-v0", tasks=[task], state_dir=state_dir, network="full")
+        for _ in range(2)
+    ]
+    try:
+        for env in envs:
+            env.reset(options={"task": task.id})
+        hosts = [env.unwrapped.sandbox.exec("getent hosts api", timeout=30).stdout for env in envs]
+        assert hosts[0] != hosts[1]
+        for env in envs:
+            for command in task.solution:
+                assert env.step(command)[4]["exit_code"] == 0
+        assert [env.step("submit")[1] for env in envs] == [1.0, 1.0]
+    finally:
+        for env in envs:
+            env.close()
+    assert services_left(client) == []
+
+
 def test_sidecar_services_through_a_harness(client: Any, proxy: ProxyLink) -> None:
     """pi in a gateway sandbox (the model proxy only) reaches the ticket service through the
     relay."""

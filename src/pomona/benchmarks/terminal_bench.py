@@ -185,7 +185,6 @@ class TbTask(Task):
         group = ServiceGroup.start(
             self.services,
             sandbox._root,
-            network=self.config.baseline.verifier_sandbox(),
             ttl=spec.timeout or 3600,
             labels={"task": self.id[:63]},
         )

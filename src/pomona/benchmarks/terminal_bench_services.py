@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import shlex
 import threading
 import time
@@ -36,7 +37,7 @@ from pomona.benchmarks.terminal_bench_verifier import tar_of
 
 RELAY = Path(__file__).with_name("terminal_bench_relay.py")
 RELAY_PATH = "/tmp/pomona-relay.py"
-FIRST_ADDRESS = 10  # the services' addresses: 127.0.0.10, 127.0.0.11, ...
+FIRST_HOST = 10  # a group's services: 127.A.B.10, 127.A.B.11, ... (A.B drawn per group)
 POOL = 4  # idle channels kept open to each relay
 MAX_ROUTE = 256  # the longest route line a relay may send
 _REFUSED_KEYS = ("privileged", "cap_add", "devices", "network_mode", "pid", "ipc")
@@ -206,7 +207,11 @@ class ServiceGroup:
     def __init__(self, services: tuple[Service, ...], ttl: float):
         self.services = services
         self.sandboxes: dict[str, Any] = {}  # name -> its sandbox
-        self.addresses = {s.name: f"127.0.0.{FIRST_ADDRESS + i}" for i, s in enumerate(services)}
+        # drawn, so that relays in sandboxes sharing the host's network (`full` on the local
+        # runtime) never collide
+        net = secrets.randbelow(254 * 254)
+        base = f"127.{1 + net // 254}.{1 + net % 254}"
+        self.addresses = {s.name: f"{base}.{FIRST_HOST + i}" for i, s in enumerate(services)}
         self._bridges: list[_Bridge] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -216,19 +221,17 @@ class ServiceGroup:
 
     @classmethod
     def start(
-        cls,
-        services: tuple[Service, ...],
-        client: Any,
-        network: str,
-        ttl: float,
-        labels: dict[str, str],
+        cls, services: tuple[Service, ...], client: Any, ttl: float, labels: dict[str, str]
     ) -> ServiceGroup:
+        """Each service in a sandbox of its own with no network: it is reached through the
+        relay, and a `full` one would share the host's network on the local runtime, where two
+        episodes' services would take the same ports."""
         group = cls(services, ttl)
         try:
             for s in services:
                 group.sandboxes[s.name] = sandbox = client.create_sandbox(
                     s.image,
-                    network=network,
+                    network="none",
                     user=s.user,
                     workdir=s.workdir,
                     env=s.env,
