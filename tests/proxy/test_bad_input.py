@@ -220,11 +220,14 @@ def test_policy_long_poll_rejects_a_negative_timeout(proxy):
 
 @pytest.mark.parametrize(
     "spec", [{"key": "../x"}, {"script": [1]}, {"tool_less_calls": "maybe"}, {"policy_timeout": -1},
-             {"metadata": []}, {"scirpt": ["ls"]}]
+             {"metadata": []}, {"scirpt": ["ls"]}, {"metadata": {"run": 7}},
+             {"metadata": {"task": {"id": "t"}}}]
 )  # fmt: skip
 def test_bad_episode_specs_are_400(proxy, spec):
     r = httpx.post(f"{proxy.url}/episodes", json=spec)
     assert r.status_code == 400 and _is_openai_error(r.json())
+    if "metadata" in spec and spec["metadata"]:  # said at opening, not when the row is written
+        assert "must be strings" in r.json()["error"]["message"]
 
 
 def test_in_process_episodes_take_what_post_episodes_takes(proxy):

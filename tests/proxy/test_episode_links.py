@@ -37,3 +37,6 @@ def test_the_claw_judge_and_the_browser_runner_over_either_link(proxy, runs):
     rows = calls(runs, 4)
     # tool-less requests of judges and of WebVoyager are their turns, not side calls, either way
     assert [(r["side"], r["sequence"], r["status"]) for r in rows] == [(False, 0, "ok")] * 4
+    # each call names what its episode was opened as (a judge's episode is in no run)
+    opened_as = [(r["run"], r["benchmark"], r["task"], r["harness"]) for r in rows]
+    assert opened_as == [(None, None, None, None), ("r1", task.benchmark, "t1", "webvoyager")] * 2

@@ -34,7 +34,11 @@ def setup(tmp_path):
 @pytest.mark.parametrize("model", ["scripted", "qwen"], ids=["scripted", "upstream"])
 def test_no_planted_secret_reaches_any_file(setup, model):
     proxy, runs, vllm = setup
-    meta = {name: planted("meta", name) for name in FIELDS} | {"task": "t1"}
+    # a run named with a secret the metadata holds: blanked in the run column of every table
+    meta = {name: planted("meta", name) for name in FIELDS} | {
+        "task": "t1",
+        "run": "r-" + planted("meta", "api_key"),
+    }
     ep = proxy.open_episode(model=model, script=["ls"], metadata=meta)
     headers = {h: planted("header", h) for h in HEADERS}
     headers["authorization"] = "Bearer " + planted("header", "authorization")
@@ -55,6 +59,7 @@ def test_no_planted_secret_reaches_any_file(setup, model):
     proxy.close_episode(ep["key"], failure_message=f"upstream said {UPSTREAM_KEY}")
     rows = calls(runs, 4, episode=ep["key"])
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    assert {(r["run"], r["task"]) for r in rows} == {("r-[REDACTED]", "t1")}
     if model == "qwen":  # the upstream got the route's key, none of the caller's credentials
         assert all(s.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for s in vllm.seen)
         assert not any(h in s.headers for s in vllm.seen for h in HEADERS[2:])

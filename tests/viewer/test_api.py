@@ -157,6 +157,44 @@ def test_a_run_is_running_while_its_writer_is_at_work(tmp_path: Path, serve: Any
     assert api.get("/api/runs").json()["runs"][0]["live"] is False
 
 
+def test_an_episode_in_flight_shows_under_its_run(tmp_path: Path, serve: Any) -> None:
+    """Each call names the run its episode was opened in, so a run is listed, running, from its
+    first call, before any of its episodes has ended; a call that names no run (an older store,
+    an episode opened without one) stays in flight outside any run."""
+    calls = TrajectoryWriter(tmp_path, "calls")
+    opened = {"run": "r-new", "benchmark": "b", "task": "t7", "harness": "pi"}
+    for n in range(2):
+        calls.write({**call_row("fly", n), **opened, "model": "m"})
+    calls.write(call_row("anon", 0))
+    api = serve(tmp_path)
+    listed = api.get("/api/runs").json()
+    (run,) = listed["runs"]
+    assert (run["run"], run["live"], run["in_flight"], run["episodes"]) == ("r-new", True, 1, 0)
+    assert (run["benchmark"], run["harness"], run["model"]) == ("b", "pi", "m")
+    flying = {e["episode"]: e for e in listed["in_flight"]}
+    assert {k: flying["fly"][k] for k in opened} == opened and flying["fly"]["calls"] == 2
+    assert flying["anon"]["run"] is None
+    detail = api.get("/api/run", params={"run": "r-new"}).json()
+    assert [e["episode"] for e in detail["in_flight_episodes"]] == ["fly"]
+    assert detail["summaries"] == [] and detail["live"]
+    assert api.get("/api/run/tasks", params={"run": "r-new"}).json()["total"] == 0
+    page = api.get("/api/episode", params={"key": "fly"}).json()
+    assert page["in_flight"] and page["opened_as"] == {**opened, "model": "m"}
+    with TrajectoryWriter(tmp_path, "episodes") as episodes:
+        now = datetime.now(UTC)
+        episodes.write(episode_row("fly", "t7", 0, run="r-new", started_at=now, ended_at=now))
+    (ended,) = api.get("/api/runs").json()["runs"]  # the episode joined its run's results
+    assert (ended["run"], ended["in_flight"], ended["episodes"], ended["passed"]) == (
+        "r-new",
+        0,
+        1,
+        1,
+    )
+    assert api.get("/api/episode", params={"key": "fly"}).json()["opened_as"] is None
+    calls.close()
+    assert api.get("/api/run", params={"run": "r-new"}).json()["in_flight_episodes"] == []
+
+
 def test_a_torn_tail_is_skipped_until_it_is_whole(tmp_path: Path, serve: Any) -> None:
     writer = TrajectoryWriter(tmp_path, "calls")
     writer.write(call_row("e", 0))

@@ -231,6 +231,40 @@ def test_hostile_trajectory_content_stays_text(tmp_path: Path, open_page: Any) -
     assert page.dialogs == [] and page.errors == []
 
 
+def test_an_episode_in_flight_is_shown_under_its_run(tmp_path: Path, open_page: Any) -> None:
+    """From its first call, a running episode appears under the run it was opened in: on the
+    runs page, on its run's page, and its own page links the run."""
+    calls = TrajectoryWriter(tmp_path, "calls")  # open: its writer (this process) is alive
+    calls.write({"call_id": "c0", "episode": "flying", "run": "run-live", "benchmark": "files",
+                 "task": "files/rename", "harness": "pi", "model": "m", "dialect": "chat",
+                 "request": json.dumps({"messages": [{"role": "user", "content": "go"}]}),
+                 "status": "ok"})  # fmt: skip
+    server = AppServer(create_app(tmp_path, refresh_interval=0)).start()
+    try:
+        page = open_page(server.url)
+        p = page.open("/")
+        loaded(p)
+        row = p.locator("table tbody tr").first
+        expect(row.locator("td").first).to_have_text("run-live")
+        expect(row.locator(".badge.live")).to_have_text("running")
+        expect(row.locator("td").nth(6)).to_have_text("1")  # in flight
+        flight = p.get_by_role("region", name="In flight (1)")
+        flight.get_by_role("link", name="run-live").click()
+        p.wait_for_url("**/run?run=run-live")
+        loaded(p)
+        here = p.get_by_role("region", name="In flight (1)")
+        expect(here).to_contain_text("files/rename")
+        page.shot("run-in-flight")
+        here.get_by_role("link", name="files/rename").click()
+        p.wait_for_url("**/episode?key=flying")
+        loaded(p)
+        expect(p.locator("dl.facts").get_by_role("link", name="run-live")).to_be_visible()
+    finally:
+        server.stop()
+        calls.close()
+    assert page.errors == []
+
+
 @pytest.mark.timeout(1200)  # a whole `pomona run`; on a loaded machine it takes minutes
 def test_a_live_run_appears_and_progresses_without_a_reload(tmp_path: Path, state_dir: str,
                                                             ready_harness: None, open_page: Any) -> None:  # fmt: skip

@@ -29,9 +29,11 @@ _BODIES = (
     "upstream_request",
     "upstream_response",
 )
+EPISODE_COLUMNS = ("run", "benchmark", "task", "harness")
+"""The episode's metadata (validated as strings when it is opened) copied to each calls row."""
 _TEXT_COLUMNS = (
-    "request_headers", "request", "response", "response_stream", "client_response", "error",
-    "upstream_url", "upstream_request_headers", "upstream_request", "upstream_response_headers",
+    *EPISODE_COLUMNS, "request_headers", "request", "response", "response_stream",
+    "client_response", "error", "upstream_url", "upstream_request_headers", "upstream_request", "upstream_response_headers",
     "upstream_response",
 )  # fmt: skip
 
@@ -136,11 +138,20 @@ class Call:
         self.row.update(
             call_id=f"{time.time_ns():x}-{id(self):x}",
             episode=self.episode.key if self.episode else None,
+            **self._episode_columns(),
             dialect=self.dialect.name,
             path=self.path,
             request_headers=json.dumps(redact_headers(self.headers, self.scrubber)),
             started_at=utcnow(),
         )
+
+    def _episode_columns(self) -> dict[str, str | None]:
+        """What the episode belongs to (its run, task...), as its metadata said at opening, so
+        each call is tied to its run before the episode's own row is written at its end."""
+        if self.episode is None:
+            return dict.fromkeys(EPISODE_COLUMNS)
+        meta, _ = redact_value(dict(self.episode.metadata), self.scrubber)  # learns its secrets
+        return {k: meta.get(k) for k in EPISODE_COLUMNS}  # scrubbed with the text columns
 
     def request(self, raw: bytes, body: Any = None, *, side: bool | None = None) -> None:
         text = raw.decode("utf-8", "replace")

@@ -140,6 +140,11 @@ REQUESTS: dict[str, type[BaseModel]] = {
 # --- episodes -----------------------------------------------------------------------------------
 
 
+METADATA_COLUMNS = ("run", "benchmark", "task", "harness", "harness_version", "model", "runtime")
+"""Metadata keys that fill `episodes` columns (the first four also fill each of its `calls` rows:
+recording.EPISODE_COLUMNS)."""
+
+
 class EpisodeSpec(BaseModel):
     """`POST /episodes`: what the episode's calls are routed to, and its scripted commands."""
 
@@ -152,6 +157,16 @@ class EpisodeSpec(BaseModel):
     metadata: dict[str, Any] | None = None
     tool_less_calls: Literal["side", "main"] = "side"
     policy_timeout: float | None = Field(None, gt=0)
+
+    @field_validator("metadata")
+    @classmethod
+    def _columns(cls, v: Any) -> Any:
+        wrong = [
+            k for k in METADATA_COLUMNS if v and v.get(k) is not None and not isinstance(v[k], str)
+        ]
+        if wrong:
+            raise ValueError(f"metadata {', '.join(wrong)} must be strings (they fill columns)")
+        return v
 
     @field_validator("script")
     @classmethod

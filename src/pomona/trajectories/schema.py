@@ -18,15 +18,19 @@ text for streams), secrets redacted:
 refused request). Token ids and logprobs come from the upstream's own answer whenever it has
 them, so a translated call keeps them even though the client's dialect cannot carry them.
 
+A `calls` row also names what its episode belongs to: `run`, `benchmark`, `task` and `harness`,
+as given in the episode's metadata when it was opened (`POST /episodes`), so a call is tied to
+its run while the episode is still running (its `episodes` row is written only when it ends).
+
 Version history: 1, the first layout; 2 adds `client_response`, the `upstream_*` columns and
-`upstream_dialect`.
+`upstream_dialect`; 3 adds the episode's `run`, `benchmark`, `task` and `harness` to `calls`.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 FAILURE_KINDS = ("none", "sandbox", "harness", "proxy", "upstream", "verifier", "timeout")
 """Why an episode did not produce a trustworthy reward. Infra failures are data, never a 0."""
@@ -59,6 +63,11 @@ CALLS = _schema(
     [
         pa.field("call_id", pa.string(), nullable=False),
         pa.field("episode", pa.string()),
+        # the episode's own, from its metadata at opening; null for calls outside any episode
+        pa.field("run", pa.string()),
+        pa.field("benchmark", pa.string()),
+        pa.field("task", pa.string()),
+        pa.field("harness", pa.string()),
         pa.field("sequence", pa.int64()),  # order within (episode, side): main turns 0, 1, 2...
         pa.field("side", pa.bool_()),  # tool-less request (title generation...): not a policy turn
         pa.field("dialect", pa.string()),  # chat | responses | anthropic

@@ -30,7 +30,8 @@ from pomona.trajectories.schema import CALLS, EPISODES
 from pomona.trajectories.writer import SUFFIX
 
 CALL_COLUMNS = (
-    "call_id", "episode", "sequence", "side", "dialect", "model", "upstream", "stream", "status",
+    "call_id", "episode", "run", "benchmark", "task", "harness", "sequence", "side", "dialect",
+    "model", "upstream", "stream", "status",
     "status_code", "error", "usage", "token_faithful", "token_faithful_reason", "started_at",
     "ended_at", "ttfb_ms", "latency_ms",
 )  # fmt: skip

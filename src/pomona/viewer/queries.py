@@ -61,18 +61,24 @@ def episodes_table(index: StoreIndex) -> pa.Table:
 # --- in-flight episodes --------------------------------------------------------------------------
 
 
-def in_flight(index: StoreIndex) -> list[dict[str, Any]]:
+def in_flight(index: StoreIndex, run: str | None = None) -> list[dict[str, Any]]:
     """Episodes whose calls are recorded but whose row is not written yet, from writers still
-    alive (a dead writer's unfinished episodes will never end: they are not in flight).
+    alive (a dead writer's unfinished episodes will never end: they are not in flight); those
+    of `run` only, if given.
 
-    The proxy writes an episode's row when the episode closes, so a running episode shows only
-    through its calls until then."""
+    The proxy writes an episode's row when the episode closes, so a running episode shows
+    through its calls until then; each call carries the run, benchmark, task and harness its
+    episode was opened with (null in stores written before schema 3)."""
     live = {s.number for s in index.calls.live_files()}  # fresh: a writer may die any time
     return [
         {k: v for k, v in e.items() if k != "_file"}
         for e in _unfinished(index)
-        if e["_file"] in live
+        if e["_file"] in live and (run is None or e["run"] == run)
     ]
+
+
+_OPENED_AS = ("run", "benchmark", "task", "harness", "model")
+"""What an in-flight episode's calls say it is (the same on each of its calls)."""
 
 
 def _unfinished(index: StoreIndex) -> list[dict[str, Any]]:
@@ -88,11 +94,13 @@ def _unfinished(index: StoreIndex) -> list[dict[str, Any]]:
         if pending.num_rows == 0:
             return []
         grouped = pending.group_by("episode").aggregate(
-            [("call_id", "count"), ("started_at", "min"), ("ended_at", "max"), ("_file", "max")]
-        )
+            [("call_id", "count"), ("started_at", "min"), ("ended_at", "max"), ("_file", "max"),
+             *((column, "max") for column in _OPENED_AS)]
+        )  # fmt: skip
         rows = grouped.sort_by([("ended_at_max", "descending")]).to_pylist()
         return [
-            {"episode": r["episode"], "calls": r["call_id_count"], "_file": r["_file_max"],
+            {"episode": r["episode"], **{c: r[f"{c}_max"] for c in _OPENED_AS},
+             "calls": r["call_id_count"], "_file": r["_file_max"],
              "started_at": jsonable(r["started_at_min"]), "last_call_at": jsonable(r["ended_at_max"])}
             for r in rows
         ]  # fmt: skip
@@ -109,22 +117,45 @@ def _joined(values: list[Any]) -> str:
 
 
 def runs(index: StoreIndex) -> list[dict[str, Any]]:
-    """Every run, newest first: what ran, counts, resolve rate, infra failures, whether live."""
+    """Every run, newest first: what ran, counts, resolve rate, infra failures, episodes in
+    flight, whether live. A run none of whose episodes has ended yet is there from its first
+    recorded call."""
     running = live_runs(index)
-    return [{**_plain(r), "live": r["run"] in running} for r in _run_summaries(index)]
+    flying: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in in_flight(index):
+        if e["run"] is not None:
+            flying[e["run"]].append(e)
+    summaries = [_plain(r) for r in _run_summaries(index)]
+    ended = {r["run"] for r in summaries}
+    opened = [_opened_run(run, group) for run, group in flying.items() if run not in ended]
+    every = sorted([*opened, *summaries], key=lambda r: r["started_at"] or "", reverse=True)
+    return [{**r, "in_flight": len(flying[r["run"]]), "live": r["run"] in running} for r in every]
+
+
+def _opened_run(run: str, flying: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run known so far only from its episodes in flight: what they say, nothing ended yet."""
+    return {
+        "run": run,
+        **{k: _joined([e[k] for e in flying]) for k in ("benchmark", "harness", "model")},
+        "episodes": 0, "tasks": 0, "passed": 0, "failed": 0, "infra": 0, "unscored": 0,
+        "failures": {}, "resolve_rate": None, "calls": 0,
+        "started_at": min(e["started_at"] or "" for e in flying) or None, "last_at": None,
+    }  # fmt: skip
 
 
 def live_runs(index: StoreIndex) -> set[str]:
     """Runs still running, judged now: the store records no end of run, so a run is running
-    while the process writing its rows is alive and appending (no end-of-stream marker), and it
-    finished one in the last LIVE_WINDOW_S seconds, or it is the latest run of a writer with
-    episodes in flight. This changes with time and processes, not rows, so it is never cached."""
+    while it has episodes in flight, or while the process writing its rows is alive and
+    appending (no end-of-stream marker) and it finished one in the last LIVE_WINDOW_S seconds.
+    For in-flight episodes that do not say their run (stores before schema 3, episodes opened
+    without one), their writer's latest run counts as running. This changes with time and
+    processes, not rows, so it is never cached."""
+    running = {e["run"] for e in in_flight(index) if e["run"] is not None}
     files = {s.number: s for s in index.episodes.live_files()}
     if not files:
-        return set()
+        return running
     busy = _busy_writers(index)
     now = datetime.now(UTC)
-    running = set()
     latest: dict[
         int, tuple[Any, str]
     ] = {}  # live file -> (last episode end, run) of its newest run
@@ -141,9 +172,13 @@ def live_runs(index: StoreIndex) -> set[str]:
 
 
 def _busy_writers(index: StoreIndex) -> set[int | None]:
-    """Writer processes (by pid) with episodes in flight."""
+    """Writer processes (by pid) with episodes in flight that do not say their run."""
     by_number = {s.number: s.writer_pid for s in index.calls.live_files()}
-    return {by_number[e["_file"]] for e in _unfinished(index) if e["_file"] in by_number}
+    return {
+        by_number[e["_file"]]
+        for e in _unfinished(index)
+        if e["_file"] in by_number and e["run"] is None
+    }
 
 
 def _run_summaries(index: StoreIndex) -> list[dict[str, Any]]:
@@ -198,9 +233,10 @@ def run_detail(index: StoreIndex, run: str) -> dict[str, Any] | None:
         return None
     data = _of_run(index, run)
     group = data.select(list(SUMMARY_COLUMNS)).to_pylist()
-    most = max(Counter((r["task"], r["harness"], r["model"]) for r in group).values())
+    most = max(Counter((r["task"], r["harness"], r["model"]) for r in group).values(), default=1)
     summaries = [_summary_dict(s) for s in metrics.summarize(group, range(1, most + 1))]
-    return {**found, "summaries": summaries, "failure_kinds": sorted(found["failures"])}
+    return {**found, "summaries": summaries, "failure_kinds": sorted(found["failures"]),
+            "in_flight_episodes": in_flight(index, run)}  # fmt: skip
 
 
 def _of_run(index: StoreIndex, run: str) -> pa.Table:
@@ -336,16 +372,19 @@ def _call_rows(index: StoreIndex, key: str, only: int | None) -> list[dict[str, 
 
 
 def episode(index: StoreIndex, key: str) -> dict[str, Any] | None:
-    """The episode's row, its timeline of calls and what the proxy measured over them."""
+    """The episode's row (while it runs: what its calls say it was opened as), its timeline of
+    calls and what the proxy measured over them."""
     row = episode_row(index, key)
     items = _timeline(index, index.version, key)
     if row is None and not items:
         return None
     usage = [c.get("usage") or {} for c in items]
+    opened = None if row else next((e for e in _unfinished(index) if e["episode"] == key), None)
     return {
         "episode": row,
         "key": key,
         "in_flight": row is None,
+        "opened_as": {k: opened[k] for k in _OPENED_AS} if opened else None,
         "calls": items,
         "totals": {
             "calls": len(items),

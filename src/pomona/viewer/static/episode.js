@@ -21,7 +21,7 @@ watch(async () => {
   const t = data.totals;
   setStatus(`${t.calls} call(s) · ${t.input_tokens} tokens in, ${t.output_tokens} out · ${t.errors} failed call(s)${data.in_flight ? " · still running" : ""}`);
   replace("content",
-    episodeFacts(data.episode, key),
+    episodeFacts(data.episode, key, data.opened_as),
     el("p", {}, link("/api/episode/raw", { key }, "Raw rows (JSON)")),
     data.episode ? compareForm(data.same_task) : null,
     el("h2", {}, "Model calls"),

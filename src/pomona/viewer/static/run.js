@@ -21,11 +21,21 @@ function header(detail) {
     el("td", { class: "num" }, s.infra_failures)));
   return [
     el("p", {}, detail.live ? el("span", { class: "badge live" }, "running") : "finished",
-      ` · ${detail.episodes} episodes on ${detail.tasks} tasks · ${detail.passed} passed, ${detail.failed} failed, ${detail.infra} infra failures · started ${when(detail.started_at)}, last episode ${when(detail.last_at)}`),
+      ` · ${detail.episodes} episodes on ${detail.tasks} tasks${detail.in_flight ? `, ${detail.in_flight} in flight` : ""} · ${detail.passed} passed, ${detail.failed} failed, ${detail.infra} infra failures · started ${when(detail.started_at)}, last episode ${when(detail.last_at)}`),
     el("table", {}, el("caption", { class: "muted" }, "Per benchmark, harness and model"),
       el("thead", {}, el("tr", {}, ["benchmark", "harness", "model", "tasks", "trials", "resolve rate", "mean reward", "pass@k / pass^k", "infra failures"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, rows)),
   ];
+}
+
+function inFlight(items) {
+  if (!items.length) return null;
+  return el("section", { "aria-labelledby": "flight" },
+    el("h2", { id: "flight" }, `In flight (${items.length})`),
+    el("p", { class: "muted" }, "Episodes of this run still running; each adds to the results below when it ends."),
+    el("ul", {}, items.slice(0, 50).map((i) => el("li", {},
+      link("/episode", { key: i.episode }, i.task ?? i.episode),
+      ` · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
 }
 
 function filters(detail) {
@@ -70,7 +80,7 @@ async function load() {
   try {
     const page = await api("/api/run/tasks", { run, ...state, limit: LIMIT });
     setStatus(`${page.total} task(s) match`);
-    replace("content", header(detail), filters(detail), el("h2", {}, "Tasks and attempts"), matrix(page));
+    replace("content", header(detail), inFlight(detail.in_flight_episodes), filters(detail), el("h2", {}, "Tasks and attempts"), matrix(page));
   } catch (e) {
     setStatus(e.message, true);
   }

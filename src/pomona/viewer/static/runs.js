@@ -1,5 +1,5 @@
 // The runs page: every run with what ran, its counts and resolve rate; live runs update in place.
-import { api, badge, el, link, num, pct, replace, setStatus, sortableTable, watch, when } from "/static/viewer.js";
+import { api, badge, el, link, num, pct, replace, runLink, setStatus, sortableTable, watch, when } from "/static/viewer.js";
 
 const columns = [
   { key: "run", label: "run", cell: (r) => link("/run", { run: r.run }, r.run) },
@@ -8,6 +8,7 @@ const columns = [
   { key: "harness", label: "harness" },
   { key: "model", label: "model" },
   { key: "episodes", label: "episodes", num: true },
+  { key: "in_flight", label: "in flight", num: true },
   { key: "passed", label: "passed", num: true },
   { key: "failed", label: "failed", num: true },
   { key: "infra", label: "infra failures", num: true, cell: (r) => (r.infra ? `${r.infra} (${Object.entries(r.failures).map(([k, n]) => `${k} ${n}`).join(", ")})` : "0") },
@@ -21,9 +22,10 @@ function inFlight(items) {
   if (!items.length) return null;
   return el("section", { "aria-labelledby": "flight" },
     el("h2", { id: "flight" }, `In flight (${items.length})`),
-    el("p", { class: "muted" }, "Episodes whose calls are being recorded; each joins its run when it ends."),
+    el("p", { class: "muted" }, "Episodes whose calls are being recorded, under the run they were opened in; each adds to its run's results when it ends."),
     el("ul", {}, items.slice(0, 50).map((i) => el("li", {},
-      link("/episode", { key: i.episode }, i.episode), ` · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
+      link("/episode", { key: i.episode }, i.episode), " · run ", runLink(i.run),
+      ` · ${i.task ?? "?"} · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
 }
 
 function torn(files) {

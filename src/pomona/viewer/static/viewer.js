@@ -239,11 +239,19 @@ export function artifactView(key, artifact) {
   return box;
 }
 
-export function episodeFacts(ep, key) {
-  if (!ep) return el("p", { class: "muted" }, `Episode ${key} is still running: its row is written when it ends.`);
+export function runLink(run) {
+  return link("/run", { run: run ?? "(no run)" }, run ?? "(no run)");
+}
+
+export function episodeFacts(ep, key, openedAs = null) {
   const fact = (k, v) => [el("dt", {}, k), el("dd", {}, v ?? "–")];
+  const running = el("p", { class: "muted" }, `Episode ${key} is still running: its row is written when it ends.`);
+  if (!ep && !openedAs) return running;
+  if (!ep) return [running, el("dl", { class: "facts" },
+    fact("run", runLink(openedAs.run)), fact("benchmark", openedAs.benchmark), fact("task", openedAs.task),
+    fact("harness", openedAs.harness), fact("model", openedAs.model))];
   return el("dl", { class: "facts" },
-    fact("run", link("/run", { run: ep.run ?? "(no run)" }, ep.run ?? "(no run)")),
+    fact("run", runLink(ep.run)),
     fact("benchmark", ep.benchmark), fact("task", ep.task),
     fact("harness", `${ep.harness ?? "?"} ${ep.harness_version ?? ""}`), fact("model", ep.model),
     fact("runtime", ep.runtime), fact("attempt", ep.attempt),
