@@ -1,5 +1,5 @@
 // One run: its summaries, then tasks × attempts (pass / fail / infra) with filters and pages.
-import { api, badge, el, link, num, pager, params, pct, replace, setStatus, watch, when } from "/static/viewer.js";
+import { api, badge, el, inFlightSection, link, num, pager, params, pct, replace, setStatus, watch, when } from "/static/viewer.js";
 
 const run = params.get("run") || "";
 const state = { status: params.get("status") || "", failure_kind: params.get("failure_kind") || "", task: params.get("task") || "", offset: Number(params.get("offset") || 0) };
@@ -29,13 +29,9 @@ function header(detail) {
 }
 
 function inFlight(items) {
-  if (!items.length) return null;
-  return el("section", { "aria-labelledby": "flight" },
-    el("h2", { id: "flight" }, `In flight (${items.length})`),
-    el("p", { class: "muted" }, "Episodes of this run still running; each adds to the results below when it ends."),
-    el("ul", {}, items.slice(0, 50).map((i) => el("li", {},
-      link("/episode", { key: i.episode }, i.task ?? i.episode),
-      ` · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
+  return inFlightSection(items, "Episodes of this run still running; each adds to the results below when it ends.",
+    (i) => [link("/episode", { key: i.episode }, i.task ?? i.episode),
+      ` · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`]);
 }
 
 function filters(detail) {

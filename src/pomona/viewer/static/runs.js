@@ -1,5 +1,5 @@
 // The runs page: every run with what ran, its counts and resolve rate; live runs update in place.
-import { api, badge, el, link, num, pct, replace, runLink, setStatus, sortableTable, watch, when } from "/static/viewer.js";
+import { api, badge, el, inFlightSection, link, num, pct, replace, runLink, setStatus, sortableTable, watch, when } from "/static/viewer.js";
 
 const columns = [
   { key: "run", label: "run", cell: (r) => link("/run", { run: r.run }, r.run) },
@@ -19,13 +19,9 @@ const columns = [
 ];
 
 function inFlight(items) {
-  if (!items.length) return null;
-  return el("section", { "aria-labelledby": "flight" },
-    el("h2", { id: "flight" }, `In flight (${items.length})`),
-    el("p", { class: "muted" }, "Episodes whose calls are being recorded, under the run they were opened in; each adds to its run's results when it ends."),
-    el("ul", {}, items.slice(0, 50).map((i) => el("li", {},
-      link("/episode", { key: i.episode }, i.episode), " · run ", runLink(i.run),
-      ` · ${i.task ?? "?"} · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`))));
+  return inFlightSection(items, "Episodes whose calls are being recorded, under the run they were opened in; each adds to its run's results when it ends.",
+    (i) => [link("/episode", { key: i.episode }, i.episode), " · run ", runLink(i.run),
+      ` · ${i.task ?? "?"} · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`]);
 }
 
 function torn(files) {

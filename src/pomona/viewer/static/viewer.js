@@ -239,6 +239,15 @@ export function artifactView(key, artifact) {
   return box;
 }
 
+// Episodes in flight as a list section; `parts(i)` is what one item shows.
+export function inFlightSection(items, intro, parts) {
+  if (!items.length) return null;
+  return el("section", { "aria-labelledby": "flight" },
+    el("h2", { id: "flight" }, `In flight (${items.length})`),
+    el("p", { class: "muted" }, intro),
+    el("ul", {}, items.slice(0, 50).map((i) => el("li", {}, parts(i)))));
+}
+
 export function runLink(run) {
   return link("/run", { run: run ?? "(no run)" }, run ?? "(no run)");
 }
