@@ -21,7 +21,8 @@ import threading
 from pomona.orchestrator.runtimes.memory import Command
 
 _released: dict[str, threading.Event] = {}
-started: dict[str, threading.Event] = {}  # NAME -> set once a `hold NAME` runs
+_started: dict[str, threading.Event] = {}
+LIMIT = 60.0  # seconds a test waits for a hold it is owed before it fails (only bounds a hang)
 
 
 def _event(table: dict[str, threading.Event], name: str) -> threading.Event:
@@ -34,13 +35,23 @@ def release(name: str) -> None:
 
 def reset(name: str) -> None:
     _released.pop(name, None)
-    started.pop(name, None)
+    _started.pop(name, None)
+
+
+def wait_started(name: str) -> bool:
+    """In the test's thread: until a `hold NAME` runs."""
+    return _event(_started, name).wait(LIMIT)
+
+
+def wait_released(name: str) -> bool:
+    """In the test's thread (a request body being sent, say): until `release(NAME)`."""
+    return _event(_released, name).wait(LIMIT)
 
 
 async def _hold(name: str) -> None:
     """Wait for a release from the test's thread without blocking this loop or a thread (a
     cancel, as from a timeout, ends it at once)."""
-    _event(started, name).set()
+    _event(_started, name).set()
     while not _event(_released, name).is_set():
         await asyncio.sleep(0.005)
 

@@ -165,7 +165,7 @@ def test_expired_job_wait_is_408_and_cancel_stops_it(as_user, memory):
     sid = new_sandbox(alice)
     commands.reset("cancel-me")
     job = alice.post(f"/sandboxes/{sid}/exec", json={"command": "hold cancel-me"}).json()
-    assert commands._event(commands.started, "cancel-me").wait(30)
+    assert commands.wait_started("cancel-me")
     r = alice.get(f"/jobs/{job['job_id']}/wait", params={"timeout": 0.3})
     assert r.status_code == 408 and r.json()["error"] == "WaitTimedOut"
     assert r.json()["job_id"] == job["job_id"]
@@ -439,7 +439,7 @@ def test_admission_control_queues_then_503_with_retry_after(state_root):
 
         first = threading.Thread(target=call, args=(sids[0],))
         first.start()  # runs, and holds the only slot
-        assert commands._event(commands.started, "admitted").wait(30)
+        assert commands.wait_started("admitted")
         second = threading.Thread(target=call, args=(sids[1],))
         second.start()  # queued behind it
         poll(lambda: served.state.execs.waiting == 1, "the second exec queueing")
@@ -467,7 +467,7 @@ def test_file_operations_are_bounded_per_key(state_root):
 
         def endless():  # an upload that holds alice's only slot until the test lets it end
             yield b"x"
-            assert commands._event(commands._released, "upload").wait(30)
+            assert commands.wait_released("upload")
 
         commands.reset("upload")
         uploading = threading.Thread(
