@@ -4,8 +4,9 @@ For each runtime: N sandboxes run concurrently, each create -> the four commands
 (reference/orchard.md section 5: `python -c ...`, `ls /`, `cat /etc/os-release | head -1`, and the
 same with a login shell). Reported: create (to ready) and exec p50/p90/p99, throughput in
 commands per second of wall time, success rate. The same through the REST service (`pomona serve`
-in its own process, the HTTP column). Then what a user would do instead: plain
-`docker run` and `docker exec` with the CLI. Then snapshot and fork(8) of a 200 MB workspace.
+in its own process, the HTTP column), and the two Orchard runs side by side with their ratio.
+Then what a user would do instead: plain `docker run` and `docker exec` with the CLI. Then
+snapshot and fork(8) of a 200 MB workspace.
 
     .venv/bin/python perf/sandbox_bench.py [--n-local 1000] [--n-http 1000] [--n-docker 50]
 
@@ -160,12 +161,15 @@ async def snapshot_fork(target: Target, image: str) -> tuple[float, float, float
         return snap_time, fork_time, check_time
 
 
-def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> None:
+def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> dict | None:
+    """The Orchard run, then the sequential and snapshot rows; the Orchard run's figures back."""
+    load_before = os.getloadavg()[0]
     try:
         res = asyncio.run(orchard_run(target, image, n))
     except Exception as e:
         rows.append((f"pomona {target.name}: orchard full", "failed", repr(e)[:80]))
-        return
+        return None
+    res["load"] = (load_before, os.getloadavg()[0])
     rows.append((f"pomona {target.name}: create-to-ready (N={n} concurrent)",
                  ms(pct(res["creates"], 50)), ms(pct(res["creates"], 90)), ms(pct(res["creates"], 99)), ""))
     rows.append((f"pomona {target.name}: exec, 4 Orchard commands (N={n})",
@@ -175,6 +179,7 @@ def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> 
     if res["errors"]:
         rows.append((f"  first error ({len(res['errors'])})", res["errors"][0][:100]))
     seq_creates, seq = asyncio.run(sequential(target, image))
+    res["seq_exec"] = seq
     rows.append((f"pomona {target.name}: create-to-ready, sequential x50",
                  ms(pct(seq_creates, 50)), ms(pct(seq_creates, 90)), ms(pct(seq_creates, 99)), ""))
     rows.append((f"pomona {target.name}: exec `true`, sequential x200",
@@ -186,6 +191,27 @@ def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> 
                      f"first exec in all 8: {ms(check)} ms"))
     except Exception as e:
         rows.append((f"pomona {target.name}: snapshot/fork", "failed", repr(e)[:80]))
+    return res
+
+
+def side_by_side(local: dict, http: dict, http_name: str) -> list[tuple[str, ...]]:
+    """The same Orchard run in-process and through the service, and the ratio."""
+    def row(what: str, pick, fmt: str = "{:.1f}") -> tuple[str, ...]:
+        a, b = pick(local), pick(http)
+        return (what, fmt.format(a), fmt.format(b), f"{b / a:.2f}x" if a else "")
+
+    return [
+        ("Orchard run, same N", "in-process", http_name, "ratio"),
+        row("N sandboxes", lambda r: r["n"], "{:.0f}"),
+        row("wall s", lambda r: r["wall"]),
+        row("commands/s", lambda r: len(r["execs"]) / r["wall"]),
+        row("success %", lambda r: 100 * r["ok"] / r["n"]),
+        row("create-to-ready p50 s", lambda r: pct(r["creates"], 50), "{:.2f}"),
+        row("exec p50 s", lambda r: pct(r["execs"], 50), "{:.3f}"),
+        row("exec p90 s", lambda r: pct(r["execs"], 90), "{:.3f}"),
+        row("exec `true` sequential p50 ms", lambda r: 1000 * pct(r["seq_exec"], 50), "{:.2f}"),
+        row("load average before / after", lambda r: r["load"][0], "{:.0f}"),
+    ]
 
 
 def main() -> None:
@@ -202,7 +228,8 @@ def main() -> None:
     have_docker = not args.skip_docker and shutil.which("docker") and \
         subprocess.run(["docker", "info"], capture_output=True).returncode == 0
 
-    measure(Target("local", state=str(state / "local")), "host", args.n_local, rows)
+    local = measure(Target("local", state=str(state / "local")), "host", args.n_local, rows)
+    http: dict | None = None
     if not args.skip_http:
         from tests.service.harness import KEYS, RedisServer, Replica, unmount
 
@@ -213,7 +240,7 @@ def main() -> None:
                          queue=5000).start()
         try:
             name = "http+redis" if redis else "http"
-            measure(Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows)
+            http = measure(Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows)
         finally:
             server.stop()
             unmount(state / "http")
@@ -239,6 +266,14 @@ def main() -> None:
     widths = [max(len(str(r[i])) if i < len(r) else 0 for r in [header, *rows]) for i in range(5)]
     for row in [header, *rows]:
         print(" | ".join(str(row[i] if i < len(row) else "").ljust(widths[i]) for i in range(5)))
+    if local and http:
+        compared = side_by_side(local, http, "http" if not args.redis else "http+redis")
+        compared[-1] = (*compared[-1][:1], f"{local['load'][0]:.0f} / {local['load'][1]:.0f}",
+                        f"{http['load'][0]:.0f} / {http['load'][1]:.0f}", "")
+        widths = [max(len(r[i]) for r in compared) for i in range(4)]
+        print()
+        for row in compared:
+            print(" | ".join(row[i].ljust(widths[i]) for i in range(4)))
     from pomona.orchestrator.runtimes.local import LocalRuntime
 
     LocalRuntime(state / "local").unmount_store()

@@ -8,7 +8,8 @@ create, TTLs, output collection, apply_patch, listing by label — lives once in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
 from pomona.orchestrator.types import (
@@ -64,7 +65,7 @@ class Runtime(Protocol):
         """One sandbox as list() shows it, or None: what every request on a sandbox looks up,
         without listing them all (a listing per request is quadratic in a burst)."""
 
-    def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         """Stream output as it is produced; the last item is the ExecResult."""
 
     async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int, cols: int) -> Pty:
@@ -109,9 +110,11 @@ class Refreshable(Protocol):
         gone. Never touches the sandbox itself."""
 
 
-async def collect(stream: AsyncIterator[ExecChunk | ExecResult]) -> ExecResult:
-    """Drain a streamed exec into one result (the runtime already applied the caps)."""
-    async for item in stream:
-        if isinstance(item, ExecResult):
-            return item
+async def collect(stream: AsyncGenerator[ExecChunk | ExecResult, None]) -> ExecResult:
+    """Drain a streamed exec into one result (the runtime already applied the caps); the stream
+    is closed on the way out, so what it holds (the exec lock, the process) goes at once."""
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            if isinstance(item, ExecResult):
+                return item
     raise RuntimeError("exec stream ended without a result")

@@ -13,7 +13,7 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Protocol
 
@@ -106,7 +106,7 @@ class Service(Protocol):
 
     def exec_stream(
         self, sandbox_id: str, request: ExecRequest
-    ) -> AsyncIterator[ExecChunk | ExecResult]:
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         """Output as it is produced, then the ExecResult."""
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult: ...
@@ -269,11 +269,11 @@ class SandboxService:
 
     async def exec_stream(
         self, sandbox_id: str, request: ExecRequest
-    ) -> AsyncIterator[ExecChunk | ExecResult]:
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         """Stream one command; commands on one sandbox run one at a time, in arrival order."""
         lock = self._exec_locks.setdefault(sandbox_id, asyncio.Lock())
-        async with lock:
-            async for item in self.runtime.exec(sandbox_id, request):
+        async with lock, contextlib.aclosing(self.runtime.exec(sandbox_id, request)) as items:
+            async for item in items:  # closed with this stream: a caller that stops kills it
                 yield item
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:

@@ -45,7 +45,7 @@ import signal
 import stat as statmod
 import tarfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -616,12 +616,13 @@ class DockerRuntime:
             raise SandboxFailed(f"sandbox {sandbox_id!r}: {self._explain(e)}") from None
         return created["Id"]
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         command = await self._exec_start(await self._exec_create(sandbox_id, request))
         stdin = request.stdin.encode() if request.stdin is not None else None
-        async for item in execution.stream(command, stdin=stdin, timeout=request.timeout,
-                                           cap=request.output_cap):
-            yield item
+        async with contextlib.aclosing(execution.stream(
+                command, stdin=stdin, timeout=request.timeout, cap=request.output_cap)) as items:
+            async for item in items:
+                yield item
 
     async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,
                        cols: int = 80) -> DockerPty:

@@ -15,7 +15,7 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -88,7 +88,7 @@ class Command(Protocol):
 
 
 async def stream(command: Command, *, stdin: bytes | None, timeout: float | None,
-                 cap: int) -> AsyncIterator[ExecChunk | ExecResult]:
+                 cap: int) -> AsyncGenerator[ExecChunk | ExecResult, None]:
     """Stream a command's output with caps; on timeout kill its process group. After it exits,
     output still held open by its background children is read for DRAIN_GRACE, then left."""
     started = time.monotonic()

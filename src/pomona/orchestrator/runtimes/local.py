@@ -22,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -716,13 +716,14 @@ class LocalRuntime:
             if gate_r >= 0:
                 os.close(gate_r)
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         proc = self._spawn(sandbox_id, request)
         stdin = request.stdin.encode() if request.stdin is not None else None
         command = await execution.LocalCommand.start(proc)
-        async for item in execution.stream(command, stdin=stdin, timeout=request.timeout,
-                                           cap=request.output_cap):
-            yield item
+        async with contextlib.aclosing(execution.stream(
+                command, stdin=stdin, timeout=request.timeout, cap=request.output_cap)) as items:
+            async for item in items:
+                yield item
 
     async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,
                        cols: int = 80) -> execution.ProcessPty:

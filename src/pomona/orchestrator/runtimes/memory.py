@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import io
 import posixpath
 import shlex
 import signal
 import tarfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -306,13 +307,14 @@ class MemoryRuntime:
 
     async def exec(
         self, sandbox_id: str, request: ExecRequest
-    ) -> AsyncIterator[ExecChunk | ExecResult]:
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         running = self._start(sandbox_id, request)
         stdin = request.stdin.encode() if request.stdin is not None else None
-        async for item in execution.stream(
+        async with contextlib.aclosing(execution.stream(
             running, stdin=stdin, timeout=request.timeout, cap=request.output_cap
-        ):
-            yield item
+        )) as items:
+            async for item in items:
+                yield item
 
     async def open_pty(
         self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80

@@ -11,13 +11,15 @@ import asyncio
 import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import contextlib
 import functools
+import inspect
 import logging
 import os
 import sys
 import threading
+import typing
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from pomona.errors import SandboxFailed
 from pomona.orchestrator.runtime import Pty, Runtime
@@ -41,6 +43,7 @@ from pomona.orchestrator.types import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 log = logging.getLogger("pomona.sdk")
 
 
@@ -67,37 +70,90 @@ class AsyncSandbox:
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} image={self.info.spec.image!r} runtime={self.info.runtime}>"
 
-    async def exec(self, command: str | list[str], *, timeout: float | None = 300, cwd: str | None = None,
-                   env: dict[str, str] | None = None, stdin: str | None = None, login_shell: bool = False,
-                   user: str | None = None, output_cap: int = DEFAULT_OUTPUT_CAP) -> ExecResult:
+    async def exec(
+        self,
+        command: str | list[str],
+        *,
+        timeout: float | None = 300,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+        login_shell: bool = False,
+        user: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> ExecResult:
         """Run a shell string (bash -c) or an argv list; a timeout kills the command, never the sandbox."""
-        request = validated(ExecRequest, command=command, timeout=timeout, cwd=cwd, env=env or {},
-                            stdin=stdin, login_shell=login_shell, user=user, output_cap=output_cap)
+        request = validated(
+            ExecRequest,
+            command=command,
+            timeout=timeout,
+            cwd=cwd,
+            env=env or {},
+            stdin=stdin,
+            login_shell=login_shell,
+            user=user,
+            output_cap=output_cap,
+        )
         return await self._service.exec(self.id, request)
 
-    async def exec_stream(self, command: str | list[str], *, timeout: float | None = 300,
-                          cwd: str | None = None, env: dict[str, str] | None = None,
-                          stdin: str | None = None, login_shell: bool = False, user: str | None = None,
-                          output_cap: int = DEFAULT_OUTPUT_CAP) -> AsyncIterator[ExecChunk | ExecResult]:
+    async def exec_stream(
+        self,
+        command: str | list[str],
+        *,
+        timeout: float | None = 300,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+        login_shell: bool = False,
+        user: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         """Output as it is produced: ExecChunk items, then the ExecResult."""
-        request = validated(ExecRequest, command=command, timeout=timeout, cwd=cwd, env=env or {},
-                            stdin=stdin, login_shell=login_shell, user=user, output_cap=output_cap)
-        async for item in self._service.exec_stream(self.id, request):
-            yield item
+        request = validated(
+            ExecRequest,
+            command=command,
+            timeout=timeout,
+            cwd=cwd,
+            env=env or {},
+            stdin=stdin,
+            login_shell=login_shell,
+            user=user,
+            output_cap=output_cap,
+        )
+        async with contextlib.aclosing(self._service.exec_stream(self.id, request)) as items:
+            async for item in items:  # closed with this stream: a caller that stops kills it
+                yield item
 
-    async def pty(self, command: str | list[str] = "bash", *, rows: int = 24, cols: int = 80,
-                  cwd: str | None = None, env: dict[str, str] | None = None,
-                  login_shell: bool = False, user: str | None = None) -> Pty:
+    async def pty(
+        self,
+        command: str | list[str] = "bash",
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        login_shell: bool = False,
+        user: str | None = None,
+    ) -> Pty:
         """An interactive terminal: read(), write(), resize(), signal(), wait(), close()."""
-        request = validated(ExecRequest, command=command, timeout=None, cwd=cwd, env=env or {},
-                            login_shell=login_shell, user=user)
+        request = validated(
+            ExecRequest,
+            command=command,
+            timeout=None,
+            cwd=cwd,
+            env=env or {},
+            login_shell=login_shell,
+            user=user,
+        )
         return await self._service.open_pty(self.id, request, rows, cols)
 
     async def read_file(self, path: str) -> bytes:
         return await self._service.read_file(self.id, path)
 
     async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        await self._service.write_file(self.id, path, data.encode() if isinstance(data, str) else data, mode)
+        await self._service.write_file(
+            self.id, path, data.encode() if isinstance(data, str) else data, mode
+        )
 
     async def list_files(self, path: str = ".") -> list[FileInfo]:
         return await self._service.list_files(self.id, path)
@@ -141,9 +197,16 @@ class AsyncSandbox:
 class AsyncSandboxClient:
     """Creates and finds sandboxes. `async with` deletes, on exit, every sandbox it created."""
 
-    def __init__(self, runtime: str | Runtime | None = None, *, state_dir: str | None = None,
-                 auto_cleanup: bool = True, base_url: str | None = None, api_key: str | None = None,
-                 **runtime_options: Any):
+    def __init__(
+        self,
+        runtime: str | Runtime | None = None,
+        *,
+        state_dir: str | None = None,
+        auto_cleanup: bool = True,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        **runtime_options: Any,
+    ):
         """In-process over `runtime` ("local" by default); over HTTP when `base_url` (or, with no
         runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
         url = base_url or (os.environ.get("POMONA_URL") if runtime is None else None)
@@ -156,7 +219,11 @@ class AsyncSandboxClient:
             if base_url:  # a runtime was named: base_url is its engine's (docker, podman)
                 runtime_options["base_url"] = base_url
             runtime = runtime or "local"
-            self._runtime = make_runtime(runtime, state_dir, **runtime_options) if isinstance(runtime, str) else runtime
+            self._runtime = (
+                make_runtime(runtime, state_dir, **runtime_options)
+                if isinstance(runtime, str)
+                else runtime
+            )
             self._service = SandboxService(self._runtime)
         self._owned: set[str] = set()
         self._started = False
@@ -180,9 +247,14 @@ class AsyncSandboxClient:
         failures: list[str] = []
         if self.auto_cleanup:
             owned = list(self._owned)
-            results = await asyncio.gather(*(self._service.delete(i) for i in owned), return_exceptions=True)
-            failures += [f"delete {i}: {r!r}" for i, r in zip(owned, results, strict=True)
-                         if isinstance(r, BaseException)]
+            results = await asyncio.gather(
+                *(self._service.delete(i) for i in owned), return_exceptions=True
+            )
+            failures += [
+                f"delete {i}: {r!r}"
+                for i, r in zip(owned, results, strict=True)
+                if isinstance(r, BaseException)
+            ]
             self._owned.clear()
         if self._started:
             self._started = False
@@ -193,20 +265,39 @@ class AsyncSandboxClient:
         if failures:
             raise SandboxFailed("closing the sandbox client failed: " + "; ".join(failures))
 
-    async def create_sandbox(self, image: str = "host", *, network: NetworkMode | str = "none",
-                             gateway: str | None = None, timeout: float | None = 3600,
-                             cpu: float | None = None, memory: int | str | None = None,
-                             pids: int | None = None, disk: int | str | None = None,
-                             labels: dict[str, str] | None = None, user: str = "pomona",
-                             env: dict[str, str] | None = None, workdir: str = "/workspace",
-                             mounts: list[Mount] | None = None,
-                             sandbox_id: str | None = None) -> AsyncSandbox:
+    async def create_sandbox(
+        self,
+        image: str = "host",
+        *,
+        network: NetworkMode | str = "none",
+        gateway: str | None = None,
+        timeout: float | None = 3600,
+        cpu: float | None = None,
+        memory: int | str | None = None,
+        pids: int | None = None,
+        disk: int | str | None = None,
+        labels: dict[str, str] | None = None,
+        user: str = "pomona",
+        env: dict[str, str] | None = None,
+        workdir: str = "/workspace",
+        mounts: list[Mount] | None = None,
+        sandbox_id: str | None = None,
+    ) -> AsyncSandbox:
         """Start a sandbox and wait until it is ready. Same id + same spec returns the existing one."""
         await self.start()
-        spec = validated(SandboxSpec, image=image, network=network, gateway=gateway, timeout=timeout,
-                         limits=validated(Limits, cpu=cpu, memory=memory, pids=pids, disk=disk),
-                         labels=labels or {}, user=user, env=env or {}, workdir=workdir,
-                         mounts=mounts or [])
+        spec = validated(
+            SandboxSpec,
+            image=image,
+            network=network,
+            gateway=gateway,
+            timeout=timeout,
+            limits=validated(Limits, cpu=cpu, memory=memory, pids=pids, disk=disk),
+            labels=labels or {},
+            user=user,
+            env=env or {},
+            workdir=workdir,
+            mounts=mounts or [],
+        )
         info = await self._service.create(spec, sandbox_id)
         self._owned.add(info.id)
         return AsyncSandbox(self, info)
@@ -219,8 +310,9 @@ class AsyncSandboxClient:
         await self.start()
         return await self._service.list(labels)
 
-    async def fork(self, snapshot: SnapshotInfo | str, k: int,
-                   labels: dict[str, str] | None = None) -> list[AsyncSandbox]:
+    async def fork(
+        self, snapshot: SnapshotInfo | str, k: int, labels: dict[str, str] | None = None
+    ) -> list[AsyncSandbox]:
         """k new sandboxes, each starting from the snapshot's state; they never see each other."""
         await self.start()
         snapshot_id = snapshot if isinstance(snapshot, str) else snapshot.id
@@ -234,7 +326,9 @@ class AsyncSandboxClient:
 
     async def delete_snapshot(self, snapshot: SnapshotInfo | str) -> bool:
         await self.start()
-        return await self._service.delete_snapshot(snapshot if isinstance(snapshot, str) else snapshot.id)
+        return await self._service.delete_snapshot(
+            snapshot if isinstance(snapshot, str) else snapshot.id
+        )
 
     async def delete_sandbox(self, sandbox_id: str) -> bool:
         await self.start()
@@ -250,26 +344,67 @@ class AsyncSandboxClient:
 
 
 class _Portal:
-    """An event loop on a daemon thread, so sync code can call the async implementation."""
+    """An event loop on a daemon thread that runs the async implementation for sync callers
+    (anyio's blocking portal, in small). A caller interrupted while it waits (Ctrl-C, a timeout
+    raised by a signal handler) cancels the work and gets its interruption once the work has
+    stopped: an interrupted in-process exec has killed its command, an interrupted HTTP call
+    is aborted. A second interruption stops waiting for that."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="pomona-sdk", daemon=True)
         self.thread.start()
 
-    def call(self, coro: Coroutine[Any, Any, R]) -> R:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def call(self, work: Awaitable[T]) -> T:
+        if threading.current_thread() is self.thread or self.loop.is_closed():
+            if inspect.iscoroutine(work):
+                work.close()
+            raise RuntimeError(
+                "this SandboxClient is closed"
+                if self.loop.is_closed()
+                else "a sync SDK method was called on the SDK's own event loop thread; "
+                "use AsyncSandboxClient in async code"
+            )
+        finished = threading.Event()
+        tasks: list[asyncio.Future[T]] = []
 
-    def iterate(self, stream: AsyncIterator[R]) -> Iterator[R]:
+        def start() -> None:
+            tasks.append(asyncio.ensure_future(work, loop=self.loop))
+            tasks[0].add_done_callback(lambda _: finished.set())
+
+        def cancel() -> None:  # runs after start() if start() was scheduled at all (FIFO)
+            if tasks:
+                tasks[0].cancel()
+            else:
+                if inspect.iscoroutine(work):
+                    work.close()
+                finished.set()
+
+        try:
+            self.loop.call_soon_threadsafe(start)
+            _wait(finished)
+        except BaseException:
+            self.loop.call_soon_threadsafe(cancel)
+            _wait(finished)
+            raise
+        return tasks[0].result()
+
+    def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        """The stream's items as they come; leaving the loop early closes it (an exec stream
+        then kills its command)."""
+
+        async def step() -> T:
+            return await anext(stream)
+
         try:
             while True:
                 try:
-                    yield self.call(stream.__anext__())
+                    yield self.call(step())
                 except StopAsyncIteration:
                     return
         finally:
-            with contextlib.suppress(Exception):
-                self.call(stream.aclose())  # type: ignore[attr-defined]
+            if isinstance(stream, AsyncGenerator):
+                self.call(stream.aclose())
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -277,22 +412,90 @@ class _Portal:
         self.loop.close()
 
 
-def _sync(method: Callable[Concatenate[Any, P], Awaitable[R]], wrap: Callable[..., Any] | None = None
-          ) -> Callable[Concatenate[Any, P], R]:
-    @functools.wraps(method)
-    def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
-        result = self._portal.call(method(self._async, *args, **kwargs))
-        if wrap is None:
-            return result
-        return [wrap(self._root, r) for r in result] if isinstance(result, list) else wrap(self._root, result)
-    return call
+def _wait(event: threading.Event) -> None:
+    """Wait in short slices: a signal that lands on another thread (a process-directed one may)
+    does not wake a thread blocked on a lock, but its handler runs at this thread's next slice."""
+    while not event.wait(0.25):
+        pass
 
 
-class SyncConnection:
-    """A blocking view of a connection into the sandbox."""
+class _Twin(Generic[P, T]):
+    """A sync method made from an async one: the same parameters (so type checkers, help() and
+    IDEs show them), run through the owner's portal on the owner's async handle, its result
+    converted (an AsyncSandbox comes back as a Sandbox). Make one with `_twin`, `_twin_as` or
+    `_twin_iter`; tests/orchestrator/test_sync_twins.py checks every async method has one."""
 
-    def __init__(self, portal: _Portal, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self._portal, self._reader, self._writer = portal, reader, writer
+    def __init__(
+        self, method: Callable[..., Any], run: Callable[[_SyncHandle, Any], T], returns: object
+    ) -> None:
+        name = method.__name__
+
+        def twin(handle: _SyncHandle, /, *args: Any, **kwargs: Any) -> T:
+            return run(handle, getattr(handle._async, name)(*args, **kwargs))
+
+        functools.update_wrapper(twin, method)
+        del twin.__wrapped__  # type: ignore[attr-defined]  # its signature is the one below
+        twin.__signature__ = inspect.signature(method).replace(  # type: ignore[attr-defined]
+            return_annotation=returns
+        )
+        twin.__annotations__ = {**typing.get_type_hints(method), "return": returns}
+        self.function = twin
+
+    @overload
+    def __get__(self, handle: None, owner: type) -> Callable[Concatenate[Any, P], T]: ...
+
+    @overload
+    def __get__(self, handle: _SyncHandle, owner: type) -> Callable[P, T]: ...
+
+    def __get__(self, handle: _SyncHandle | None, owner: type) -> Callable[..., T]:
+        return self.function if handle is None else self.function.__get__(handle, owner)
+
+
+def _twin(method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> _Twin[P, R]:
+    """The twin of a coroutine method, returning what it returns."""
+    return _Twin(
+        method,
+        lambda handle, work: handle._portal.call(work),
+        typing.get_type_hints(method)["return"],
+    )
+
+
+def _twin_as(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]],
+    convert: Callable[[SandboxClient, R], T],
+) -> _Twin[P, T]:
+    """The twin of a coroutine method whose result has a sync twin of its own: `convert(client,
+    result)` makes it."""
+    returns = convert if isinstance(convert, type) else convert.__annotations__["return"]
+    return _Twin(
+        method, lambda handle, work: convert(handle._root, handle._portal.call(work)), returns
+    )
+
+
+def _twin_iter(method: Callable[Concatenate[Any, P], AsyncIterator[R]]) -> _Twin[P, Iterator[R]]:
+    """The twin of an async generator method: a blocking iterator over the same items."""
+    item = typing.get_args(typing.get_type_hints(method)["return"])[0]
+    returns = Iterator[item]  # type: ignore[valid-type]
+    return _Twin(method, lambda handle, stream: handle._portal.iterate(stream), returns)
+
+
+class _SyncHandle:
+    """What a sync twin stands on: the async object it drives, the portal that runs it, and the
+    SandboxClient it belongs to."""
+
+    _async: Any
+    _portal: _Portal
+    _root: SandboxClient
+
+
+class SyncConnection(_SyncHandle):
+    """A blocking view of a TCP connection into the sandbox."""
+
+    def __init__(
+        self, client: SandboxClient, stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ):
+        self._root, self._portal = client, client._portal
+        self._reader, self._writer = stream
 
     def sendall(self, data: bytes) -> None:
         self._writer.write(data)
@@ -311,29 +514,18 @@ class SyncConnection:
         self.close()
 
 
-class SyncPty:
-    """A blocking view of a terminal session in the sandbox."""
+class SyncPty(_SyncHandle):
+    """Sync twin of a terminal session (the Pty contract): the same methods, blocking."""
 
-    def __init__(self, portal: _Portal, pty: Pty):
-        self._portal, self._pty = portal, pty
+    def __init__(self, client: SandboxClient, pty: Pty):
+        self._root, self._portal, self._async = client, client._portal, pty
 
-    def read(self, timeout: float | None = None) -> bytes:
-        return self._portal.call(self._pty.read(timeout))
-
-    def write(self, data: bytes | str) -> None:
-        self._portal.call(self._pty.write(data.encode() if isinstance(data, str) else data))
-
-    def resize(self, rows: int, cols: int) -> None:
-        self._portal.call(self._pty.resize(rows, cols))
-
-    def signal(self, signum: int) -> None:
-        self._portal.call(self._pty.signal(signum))
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        return self._portal.call(self._pty.wait(timeout))
-
-    def close(self) -> None:
-        self._portal.call(self._pty.close())
+    read = _twin(Pty.read)
+    write = _twin(Pty.write)
+    resize = _twin(Pty.resize)
+    signal = _twin(Pty.signal)
+    wait = _twin(Pty.wait)
+    close = _twin(Pty.close)
 
     def __enter__(self) -> SyncPty:
         return self
@@ -342,14 +534,21 @@ class SyncPty:
         self.close()
 
 
-class Sandbox:
-    """Sync twin of AsyncSandbox: the same methods, blocking."""
+class Sandbox(_SyncHandle):
+    """Sync twin of AsyncSandbox: the same methods, blocking. `with` deletes it on exit."""
+
+    _async: AsyncSandbox
 
     def __init__(self, client: SandboxClient, handle: AsyncSandbox):
         self._root, self._async, self._portal = client, handle, client._portal
 
-    id = property(lambda self: self._async.id)
-    info = property(lambda self: self._async.info)
+    @property
+    def id(self) -> str:
+        return self._async.id
+
+    @property
+    def info(self) -> SandboxInfo:
+        return self._async.info
 
     def __enter__(self) -> Sandbox:
         return self
@@ -360,39 +559,61 @@ class Sandbox:
     def __repr__(self) -> str:
         return repr(self._async)
 
-    exec = _sync(AsyncSandbox.exec)
-    read_file = _sync(AsyncSandbox.read_file)
-    write_file = _sync(AsyncSandbox.write_file)
-    list_files = _sync(AsyncSandbox.list_files)
-    stat = _sync(AsyncSandbox.stat)
-    remove = _sync(AsyncSandbox.remove)
-    download_dir = _sync(AsyncSandbox.download_dir)
-    upload_dir = _sync(AsyncSandbox.upload_dir)
-    apply_patch = _sync(AsyncSandbox.apply_patch)
-    snapshot = _sync(AsyncSandbox.snapshot)
-    heartbeat = _sync(AsyncSandbox.heartbeat)
-    refresh = _sync(AsyncSandbox.refresh)
-    delete = _sync(AsyncSandbox.delete)
-
-    def exec_stream(self, command: str | list[str], **kwargs: Any) -> Iterator[ExecChunk | ExecResult]:
-        return self._portal.iterate(self._async.exec_stream(command, **kwargs))
-
-    def connect(self, port: int) -> SyncConnection:
-        return SyncConnection(self._portal, *self._portal.call(self._async.connect(port)))
-
-    def pty(self, command: str | list[str] = "bash", **kwargs: Any) -> SyncPty:
-        return SyncPty(self._portal, self._portal.call(self._async.pty(command, **kwargs)))
+    exec = _twin(AsyncSandbox.exec)
+    exec_stream = _twin_iter(AsyncSandbox.exec_stream)
+    pty = _twin_as(AsyncSandbox.pty, SyncPty)
+    read_file = _twin(AsyncSandbox.read_file)
+    write_file = _twin(AsyncSandbox.write_file)
+    list_files = _twin(AsyncSandbox.list_files)
+    stat = _twin(AsyncSandbox.stat)
+    remove = _twin(AsyncSandbox.remove)
+    download_dir = _twin(AsyncSandbox.download_dir)
+    upload_dir = _twin(AsyncSandbox.upload_dir)
+    apply_patch = _twin(AsyncSandbox.apply_patch)
+    snapshot = _twin(AsyncSandbox.snapshot)
+    heartbeat = _twin(AsyncSandbox.heartbeat)
+    refresh = _twin(AsyncSandbox.refresh)
+    connect = _twin_as(AsyncSandbox.connect, SyncConnection)
+    delete = _twin(AsyncSandbox.delete)
 
 
-class SandboxClient:
+def _sandboxes(client: SandboxClient, handles: list[AsyncSandbox]) -> list[Sandbox]:
+    return [Sandbox(client, h) for h in handles]
+
+
+class SandboxClient(_SyncHandle):
     """Sync twin of AsyncSandboxClient. `with SandboxClient() as client:` cleans up on exit; a
     client never closed (an exception, sys.exit) is closed when the interpreter exits."""
 
-    def __init__(self, runtime: str | Runtime | None = None, **options: Any):
+    _async: AsyncSandboxClient
+
+    def __init__(
+        self,
+        runtime: str | Runtime | None = None,
+        *,
+        state_dir: str | None = None,
+        auto_cleanup: bool = True,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        **runtime_options: Any,
+    ):
+        """In-process over `runtime` ("local" by default); over HTTP when `base_url` (or, with no
+        runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
+        self._async = AsyncSandboxClient(
+            runtime,
+            state_dir=state_dir,
+            auto_cleanup=auto_cleanup,
+            base_url=base_url,
+            api_key=api_key,
+            **runtime_options,
+        )
         self._portal = _Portal()
         self._root = self
-        self._async = AsyncSandboxClient(runtime, **options)
         _open_clients.add(self)
+
+    @property
+    def auto_cleanup(self) -> bool:
+        return self._async.auto_cleanup
 
     def __enter__(self) -> SandboxClient:
         self.start()
@@ -407,6 +628,8 @@ class SandboxClient:
             log.error("%s (while handling another error)", e)
 
     def close(self) -> None:
+        """Delete the sandboxes this client created (with auto_cleanup) and release the runtime
+        and the portal's thread. Every step runs; what failed is raised at the end."""
         _open_clients.discard(self)
         if self._portal.thread.is_alive():
             try:
@@ -414,15 +637,15 @@ class SandboxClient:
             finally:
                 self._portal.stop()
 
-    start = _sync(AsyncSandboxClient.start)
-    create_sandbox = _sync(AsyncSandboxClient.create_sandbox, Sandbox)
-    get_sandbox = _sync(AsyncSandboxClient.get_sandbox, Sandbox)
-    list_sandboxes = _sync(AsyncSandboxClient.list_sandboxes)
-    fork = _sync(AsyncSandboxClient.fork, Sandbox)
-    list_snapshots = _sync(AsyncSandboxClient.list_snapshots)
-    delete_snapshot = _sync(AsyncSandboxClient.delete_snapshot)
-    delete_sandbox = _sync(AsyncSandboxClient.delete_sandbox)
-    reap = _sync(AsyncSandboxClient.reap)
+    start = _twin(AsyncSandboxClient.start)
+    create_sandbox = _twin_as(AsyncSandboxClient.create_sandbox, Sandbox)
+    get_sandbox = _twin_as(AsyncSandboxClient.get_sandbox, Sandbox)
+    list_sandboxes = _twin(AsyncSandboxClient.list_sandboxes)
+    fork = _twin_as(AsyncSandboxClient.fork, _sandboxes)
+    list_snapshots = _twin(AsyncSandboxClient.list_snapshots)
+    delete_snapshot = _twin(AsyncSandboxClient.delete_snapshot)
+    delete_sandbox = _twin(AsyncSandboxClient.delete_sandbox)
+    reap = _twin(AsyncSandboxClient.reap)
 
 
 _open_clients: weakref.WeakSet[SandboxClient] = weakref.WeakSet()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 import json
 import random
@@ -21,8 +22,8 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -48,14 +49,34 @@ from pomona.orchestrator.types import (
     SnapshotInfo,
 )
 
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
+
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-ANSWER_LOST = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout,
-               httpx.WriteTimeout)
-WS_CLOSE_ERRORS = {4400: "InvalidRequest", 4401: "AuthenticationRequired", 4403: "PermissionDenied",
-                   4404: "SandboxNotFound", 4500: "SandboxFailed", 4502: "SandboxFailed"}
+ANSWER_LOST = (
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+)
+WS_CLOSE_ERRORS = {
+    4400: "InvalidRequest",
+    4401: "AuthenticationRequired",
+    4403: "PermissionDenied",
+    4404: "SandboxNotFound",
+    4500: "SandboxFailed",
+    4502: "SandboxFailed",
+}
 POOL_CONNECTIONS = 16  # per httpx pool; see RemoteService._http
-SIGNAL_NAMES = {signal.SIGTERM: "TERM", signal.SIGKILL: "KILL", signal.SIGINT: "INT",
-                signal.SIGHUP: "HUP", signal.SIGQUIT: "QUIT"}
+ABANDON_WAIT = 10.0  # seconds an interrupted exec spends cancelling itself on the service
+SIGNAL_NAMES: dict[int, str] = {
+    signal.SIGTERM: "TERM",
+    signal.SIGKILL: "KILL",
+    signal.SIGINT: "INT",
+    signal.SIGHUP: "HUP",
+    signal.SIGQUIT: "QUIT",
+}
 
 
 def _q(value: str) -> str:
@@ -66,28 +87,44 @@ class RemoteService:
     """Talks to `pomona serve`. `retry_for` bounds how long one call keeps retrying an unreachable
     service; `overload_wait` more seconds are spent on 503s (queueing behind a burst)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 300.0,
-                 retry_for: float = 60.0, overload_wait: float = 1800.0, max_connections: int = 1024):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 300.0,
+        retry_for: float = 60.0,
+        overload_wait: float = 1800.0,
+        max_connections: int = 1024,
+    ):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout, self.retry_for, self.max_connections = timeout, retry_for, max_connections
         self.overload_wait = overload_wait
         self._pools: list[httpx.AsyncClient] = []
         self._turn = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         if not self._pools:
             headers = {"X-API-Key": self.api_key} if self.api_key else {}
             per_pool = min(self.max_connections, POOL_CONNECTIONS)
             tls = httpx.create_ssl_context()  # one for every pool: each costs milliseconds
-            self._pools = [httpx.AsyncClient(
-                base_url=self.base_url, headers=headers, verify=tls,
-                timeout=httpx.Timeout(self.timeout, connect=10.0),
-                # keep-alive shorter than the server's 120 s: never reuse a connection it closes
-                limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool,
-                                    keepalive_expiry=60))
-                for _ in range(-(-self.max_connections // per_pool))]
+            self._pools = [
+                httpx.AsyncClient(
+                    base_url=self.base_url,
+                    headers=headers,
+                    verify=tls,
+                    timeout=httpx.Timeout(self.timeout, connect=10.0),
+                    # keep-alive shorter than the server's 120 s: never reuse a connection it closes
+                    limits=httpx.Limits(
+                        max_connections=per_pool,
+                        max_keepalive_connections=per_pool,
+                        keepalive_expiry=60,
+                    ),
+                )
+                for _ in range(-(-self.max_connections // per_pool))
+            ]
 
     @property
     def _http(self) -> httpx.AsyncClient:
@@ -107,7 +144,9 @@ class RemoteService:
 
     # -- one HTTP call, with the retry rules above --------------------------------------------
 
-    async def _call(self, method: str, path: str, *, repeatable: bool, **kwargs: Any) -> httpx.Response:
+    async def _call(
+        self, method: str, path: str, *, repeatable: bool, **kwargs: Any
+    ) -> httpx.Response:
         await self.start()
         deadline, attempt = time.monotonic() + self.retry_for, 0
         while True:
@@ -123,7 +162,8 @@ class RemoteService:
                 if not repeatable or time.monotonic() > deadline:
                     raise ServiceUnreachable(
                         f"{method} {path}: the connection to {self.base_url} broke before the answer "
-                        f"({e!r}); this call is not safely repeatable, so it was not retried") from e
+                        f"({e!r}); this call is not safely repeatable, so it was not retried"
+                    ) from e
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0) * random.uniform(0.5, 1.0))
                 continue
             if response.status_code == 503 and time.monotonic() < deadline + self.overload_wait:
@@ -155,8 +195,9 @@ class RemoteService:
 
     # -- sandboxes ----------------------------------------------------------------------------
 
-    async def create(self, spec: SandboxSpec, sandbox_id: str | None = None,
-                     snapshot: SnapshotInfo | None = None) -> SandboxInfo:
+    async def create(
+        self, spec: SandboxSpec, sandbox_id: str | None = None, snapshot: SnapshotInfo | None = None
+    ) -> SandboxInfo:
         sandbox_id = sandbox_id or new_id()  # chosen before the first attempt: retries are no-ops
         if snapshot is not None:
             (info,) = await self.fork(snapshot.id, 1, spec.labels, [sandbox_id])
@@ -167,19 +208,22 @@ class RemoteService:
     async def get(self, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo.model_validate(await self._json("GET", f"/sandboxes/{_q(sandbox_id)}"))
 
-    async def list(self, labels: dict[str, str] | None = None) -> list[SandboxInfo]:
+    async def list(self, labels: dict[str, str] | None = None) -> builtins.list[SandboxInfo]:
         params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        return [SandboxInfo.model_validate(i) for i in await self._json("GET", "/sandboxes", params=params)]
+        return [
+            SandboxInfo.model_validate(i)
+            for i in await self._json("GET", "/sandboxes", params=params)
+        ]
 
     async def heartbeat(self, sandbox_id: str) -> SandboxInfo:
         ack = await self._json("POST", f"/sandboxes/{_q(sandbox_id)}/heartbeat")
         return SandboxInfo.model_validate(ack["sandbox"])
 
     async def delete(self, sandbox_id: str) -> bool:
-        return (await self._json("DELETE", f"/sandboxes/{_q(sandbox_id)}"))["existed"]
+        return bool((await self._json("DELETE", f"/sandboxes/{_q(sandbox_id)}"))["existed"])
 
-    async def reap(self) -> list[str]:
-        return (await self._json("POST", "/reap"))["reaped"]
+    async def reap(self) -> builtins.list[str]:
+        return [str(i) for i in (await self._json("POST", "/reap"))["reaped"]]
 
     # -- exec ---------------------------------------------------------------------------------
 
@@ -190,38 +234,90 @@ class RemoteService:
         """POST with wait=true; a lost answer or an expired server wait re-POSTs with the same
         idempotency key, which returns (and waits for) the same job."""
         key = secrets.token_hex(16)
-        while True:
-            try:
-                body = await self._json("POST", f"/sandboxes/{_q(sandbox_id)}/exec",
-                                        json=self._exec_body(request, True),
-                                        headers={"Idempotency-Key": key}, timeout=httpx.Timeout(
-                                            None, connect=10.0))
-            except WaitTimedOut:
-                continue
-            return self._result(JobView.model_validate(body))
+        try:
+            while True:
+                try:
+                    body = await self._json(
+                        "POST",
+                        f"/sandboxes/{_q(sandbox_id)}/exec",
+                        json=self._exec_body(request, True),
+                        headers={"Idempotency-Key": key},
+                        timeout=httpx.Timeout(None, connect=10.0),
+                    )
+                except WaitTimedOut:
+                    continue
+                return self._result(JobView.model_validate(body))
+        except asyncio.CancelledError:
+            await self._abandon(sandbox_id, request, key)
+            raise
+
+    async def _abandon(self, sandbox_id: str, request: ExecRequest, key: str) -> None:
+        """The caller gave up on an exec (cancelled, interrupted): cancel it on the service too,
+        by its key, whether its request got there or not, so the command stops (or never starts)
+        as it would in-process. Best effort, within ABANDON_WAIT seconds."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(ABANDON_WAIT):
+                await self._call(
+                    "POST",
+                    f"/sandboxes/{_q(sandbox_id)}/exec/cancel",
+                    repeatable=True,
+                    json=self._exec_body(request, False),
+                    headers={"Idempotency-Key": key},
+                )
 
     @staticmethod
     def _result(job: JobView) -> ExecResult:
         if job.exit_code is None:
             raise error_named(job.error_type, job.error or f"job {job.job_id} ended {job.status}")
-        return ExecResult(exit_code=job.exit_code, stdout=job.stdout, stderr=job.stderr,
-                          duration=job.duration or 0.0, timed_out=job.timed_out, truncated=job.truncated)
+        return ExecResult(
+            exit_code=job.exit_code,
+            stdout=job.stdout,
+            stderr=job.stderr,
+            duration=job.duration or 0.0,
+            timed_out=job.timed_out,
+            truncated=job.truncated,
+        )
 
-    async def exec_stream(self, sandbox_id: str, request: ExecRequest) -> AsyncIterator[ExecChunk | ExecResult]:
+    async def exec_stream(
+        self, sandbox_id: str, request: ExecRequest
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         """NDJSON lines as the command writes. Retried (same key) only before the first line."""
         await self.start()
         key, deadline = secrets.token_hex(16), time.monotonic() + self.retry_for
+        finished = False
+        try:
+            async with contextlib.aclosing(
+                self._exec_lines(sandbox_id, request, key, deadline)
+            ) as lines:
+                async for item in lines:
+                    finished = isinstance(item, ExecResult)
+                    yield item
+        except (asyncio.CancelledError, GeneratorExit):
+            if not finished:  # the caller stopped listening: the command goes too
+                await self._abandon(sandbox_id, request, key)
+            raise
+
+    async def _exec_lines(
+        self, sandbox_id: str, request: ExecRequest, key: str, deadline: float
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         while True:
             started = False
             try:
                 async with self._http.stream(
-                        "POST", f"/sandboxes/{_q(sandbox_id)}/exec/stream", json=self._exec_body(request, False),
-                        headers={"Idempotency-Key": key}, timeout=httpx.Timeout(None, connect=10.0)) as response:
+                    "POST",
+                    f"/sandboxes/{_q(sandbox_id)}/exec/stream",
+                    json=self._exec_body(request, False),
+                    headers={"Idempotency-Key": key},
+                    timeout=httpx.Timeout(None, connect=10.0),
+                ) as response:
                     if response.status_code >= 400:
                         await response.aread()
-                        if response.status_code == 503 and time.monotonic() < deadline + self.overload_wait:
-                # turned away before anything ran (admission, store away): always safe to repeat;
-                # a burst slows down here instead of failing
+                        if (
+                            response.status_code == 503
+                            and time.monotonic() < deadline + self.overload_wait
+                        ):
+                            # turned away before anything ran (admission, store away): always safe to repeat;
+                            # a burst slows down here instead of failing
                             await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
                             continue
                         raise self._error(response)
@@ -241,87 +337,151 @@ class RemoteService:
                     raise ServiceUnreachable("the exec stream ended without a result")
             except (*NEVER_SENT, *ANSWER_LOST) as e:
                 if started or time.monotonic() > deadline:
-                    raise ServiceUnreachable(f"the exec stream from {self.base_url} broke: {e!r}") from e
+                    raise ServiceUnreachable(
+                        f"the exec stream from {self.base_url} broke: {e!r}"
+                    ) from e
                 await asyncio.sleep(0.2)
 
-    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80) -> RemotePty:
+    async def open_pty(
+        self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80
+    ) -> RemotePty:
         ws = await self._websocket(f"/sandboxes/{_q(sandbox_id)}/exec/pty")
-        await ws.send(json.dumps({"type": "init", "cmd": request.command, "env": request.env,
-                                  "cwd": request.cwd, "rows": rows, "cols": cols,
-                                  "login_shell": request.login_shell, "user": request.user}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "init",
+                    "cmd": request.command,
+                    "env": request.env,
+                    "cwd": request.cwd,
+                    "rows": rows,
+                    "cols": cols,
+                    "login_shell": request.login_shell,
+                    "user": request.user,
+                }
+            )
+        )
         await _expect(ws, "ready")
         return RemotePty(ws)
 
     # -- files --------------------------------------------------------------------------------
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
-        return (await self._call("GET", f"/sandboxes/{_q(sandbox_id)}/files/raw", repeatable=True,
-                                 params={"path": path})).content
+        return (
+            await self._call(
+                "GET",
+                f"/sandboxes/{_q(sandbox_id)}/files/raw",
+                repeatable=True,
+                params={"path": path},
+            )
+        ).content
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None:
-        await self._call("PUT", f"/sandboxes/{_q(sandbox_id)}/files/raw", repeatable=True,
-                         params={"path": path, "mode": mode}, content=data)
+        await self._call(
+            "PUT",
+            f"/sandboxes/{_q(sandbox_id)}/files/raw",
+            repeatable=True,
+            params={"path": path, "mode": mode},
+            content=data,
+        )
 
-    async def list_files(self, sandbox_id: str, path: str = ".") -> list[FileInfo]:
-        body = await self._json("GET", f"/sandboxes/{_q(sandbox_id)}/files/list", params={"path": path})
+    async def list_files(self, sandbox_id: str, path: str = ".") -> builtins.list[FileInfo]:
+        body = await self._json(
+            "GET", f"/sandboxes/{_q(sandbox_id)}/files/list", params={"path": path}
+        )
         return [FileInfo.model_validate(f) for f in body["files"]]
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
-        return FileInfo.model_validate(await self._json(
-            "GET", f"/sandboxes/{_q(sandbox_id)}/files/stat", params={"path": path}))
+        return FileInfo.model_validate(
+            await self._json(
+                "GET", f"/sandboxes/{_q(sandbox_id)}/files/stat", params={"path": path}
+            )
+        )
 
     async def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None:
-        await self._call("DELETE", f"/sandboxes/{_q(sandbox_id)}/files", repeatable=False,
-                         params={"path": path, "recursive": recursive})
+        await self._call(
+            "DELETE",
+            f"/sandboxes/{_q(sandbox_id)}/files",
+            repeatable=False,
+            params={"path": path, "recursive": recursive},
+        )
 
     async def download_dir(self, sandbox_id: str, path: str = ".") -> bytes:
-        return (await self._call("GET", f"/sandboxes/{_q(sandbox_id)}/archive", repeatable=True,
-                                 params={"path": path})).content
+        return (
+            await self._call(
+                "GET",
+                f"/sandboxes/{_q(sandbox_id)}/archive",
+                repeatable=True,
+                params={"path": path},
+            )
+        ).content
 
     async def upload_dir(self, sandbox_id: str, path: str, tar: bytes) -> None:
-        await self._call("PUT", f"/sandboxes/{_q(sandbox_id)}/archive", repeatable=True,
-                         params={"path": path}, content=tar, headers={"Content-Type": "application/x-tar"})
+        await self._call(
+            "PUT",
+            f"/sandboxes/{_q(sandbox_id)}/archive",
+            repeatable=True,
+            params={"path": path},
+            content=tar,
+            headers={"Content-Type": "application/x-tar"},
+        )
 
-    async def apply_patch(self, sandbox_id: str, patch: str, cwd: str | None = None,
-                          timeout: float = 60) -> PatchResult:
-        body = await self._json("POST", f"/sandboxes/{_q(sandbox_id)}/apply_patch", repeatable=False,
-                                json={"patch": patch, "cwd": cwd, "timeout_seconds": timeout})
+    async def apply_patch(
+        self, sandbox_id: str, patch: str, cwd: str | None = None, timeout: float = 60
+    ) -> PatchResult:
+        body = await self._json(
+            "POST",
+            f"/sandboxes/{_q(sandbox_id)}/apply_patch",
+            repeatable=False,
+            json={"patch": patch, "cwd": cwd, "timeout_seconds": timeout},
+        )
         return PatchResult.model_validate(body)
 
     # -- snapshot and fork --------------------------------------------------------------------
 
     async def snapshot(self, sandbox_id: str, snapshot_id: str | None = None) -> SnapshotInfo:
         body = {"snapshot_id": snapshot_id or new_id("snap")}
-        return SnapshotInfo.model_validate(await self._json(
-            "POST", f"/sandboxes/{_q(sandbox_id)}/snapshot", json=body))
+        return SnapshotInfo.model_validate(
+            await self._json("POST", f"/sandboxes/{_q(sandbox_id)}/snapshot", json=body)
+        )
 
-    async def fork(self, snapshot_id: str, k: int, labels: dict[str, str] | None = None,
-                   ids: list[str] | None = None) -> list[SandboxInfo]:
+    async def fork(
+        self,
+        snapshot_id: str,
+        k: int,
+        labels: dict[str, str] | None = None,
+        ids: builtins.list[str] | None = None,
+    ) -> builtins.list[SandboxInfo]:
         if k < 1:
             raise InvalidRequest("fork needs k >= 1")
         body = {"k": k, "labels": labels or {}, "sandbox_ids": ids or [new_id() for _ in range(k)]}
-        return [SandboxInfo.model_validate(i) for i in await self._json(
-            "POST", f"/snapshots/{_q(snapshot_id)}/fork", json=body)]
+        return [
+            SandboxInfo.model_validate(i)
+            for i in await self._json("POST", f"/snapshots/{_q(snapshot_id)}/fork", json=body)
+        ]
 
-    async def list_snapshots(self) -> list[SnapshotInfo]:
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]:
         return [SnapshotInfo.model_validate(s) for s in await self._json("GET", "/snapshots")]
 
     async def delete_snapshot(self, snapshot_id: str) -> bool:
-        return (await self._json("DELETE", f"/snapshots/{_q(snapshot_id)}"))["deleted"]
+        return bool((await self._json("DELETE", f"/snapshots/{_q(snapshot_id)}"))["deleted"])
 
     # -- WebSockets ---------------------------------------------------------------------------
 
-    async def _websocket(self, path: str):
+    async def _websocket(self, path: str) -> ClientConnection:
         from websockets.asyncio.client import connect
 
         url = "ws" + self.base_url.removeprefix("http") + path
         headers = {"X-API-Key": self.api_key} if self.api_key else {}
         try:
-            return await connect(url, additional_headers=headers, max_size=4 * 2**20, open_timeout=10)
+            return await connect(
+                url, additional_headers=headers, max_size=4 * 2**20, open_timeout=10
+            )
         except OSError as e:
             raise ServiceUnreachable(f"cannot open a WebSocket to {url}: {e!r}") from e
 
-    async def open_connection(self, sandbox_id: str, port: int):
+    async def open_connection(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A local socket pair bridged to the service's port tunnel: real asyncio streams."""
         if not 0 < port < 65536:
             raise InvalidRequest(f"port {port} is out of range")
@@ -355,12 +515,12 @@ def _json_or_none(response: httpx.Response) -> Any:
     return None
 
 
-async def _expect(ws, kind: str) -> dict:
+async def _expect(ws: ClientConnection, kind: str) -> dict[str, Any]:
     """The first frame of a session: `kind`, or an error frame and a close code to raise."""
     from websockets.exceptions import ConnectionClosed
 
     try:
-        frame = json.loads(await ws.recv())
+        frame: dict[str, Any] = json.loads(await ws.recv())
         if frame.get("type") == kind:
             return frame
         message = frame.get("message", str(frame))
@@ -370,14 +530,16 @@ async def _expect(ws, kind: str) -> dict:
         message = ""
     code = ws.close_code or 0
     await ws.close()
-    raise error_named(WS_CLOSE_ERRORS.get(code, "SandboxFailed"),
-                        message or ws.close_reason or f"the service closed the session ({code})")
+    raise error_named(
+        WS_CLOSE_ERRORS.get(code, "SandboxFailed"),
+        message or ws.close_reason or f"the service closed the session ({code})",
+    )
 
 
 class RemotePty:
     """Pty over the service's WebSocket (Orchard's frames): read/write/resize/signal/wait/close."""
 
-    def __init__(self, ws):
+    def __init__(self, ws: ClientConnection):
         self.ws = ws
         self._output: asyncio.Queue[bytes] = asyncio.Queue()
         self._exit_code: int | None = None
@@ -415,7 +577,7 @@ class RemotePty:
         self._eof = not data
         return data
 
-    async def _send(self, frame: dict) -> None:
+    async def _send(self, frame: dict[str, Any]) -> None:
         try:
             await self.ws.send(json.dumps(frame))
         except Exception as e:
@@ -428,7 +590,7 @@ class RemotePty:
         await self._send({"type": "resize", "rows": rows, "cols": cols})
 
     async def signal(self, signum: int) -> None:
-        await self._send({"type": "signal", "sig": SIGNAL_NAMES.get(signum, int(signum))})
+        await self._send({"type": "signal", "sig": SIGNAL_NAMES.get(signum, signum)})
 
     async def wait(self, timeout: float | None = None) -> int | None:
         with contextlib.suppress(TimeoutError):

@@ -422,24 +422,32 @@ class Coordinator:
             request=request,
             created_at=time.time(),
         )
-        key = f"{who.name}:{sandbox_id}:{idempotency_key}" if idempotency_key else None
+        key = self._job_key(who, sandbox_id, idempotency_key) if idempotency_key else None
         try:
             stored = await self.store.add_job(job, key)
         except Exception:
             self._unsure.add(job.id)  # written or not: maintenance finds out
             raise
         if stored.id != job.id:
-            if stored.request != request:
-                raise SandboxConflict(
-                    f"idempotency key {idempotency_key!r} was used for a different "
-                    "command; use a new key per command"
-                )
+            self._same_command(stored, request, idempotency_key)
             if not self._orphaned(stored):
                 return stored, False
             job = stored  # an earlier attempt stored it, then lost the store's answer: run it now
         live = self._jobs[job.id] = _LiveJob(job, on_finish=on_finish)
         live.task = asyncio.create_task(self._run(live))
         return job, True
+
+    @staticmethod
+    def _job_key(who: Principal, sandbox_id: str, idempotency_key: str) -> str:
+        return f"{who.name}:{sandbox_id}:{idempotency_key}"
+
+    @staticmethod
+    def _same_command(stored: JobRecord, request: ExecRequest, idempotency_key: str | None) -> None:
+        if stored.request != request:
+            raise SandboxConflict(
+                f"idempotency key {idempotency_key!r} was used for a different "
+                "command; use a new key per command"
+            )
 
     async def _start_unsure_jobs(self) -> None:
         """A job whose store write went unanswered may be stored (writes are atomic: all or
@@ -579,6 +587,31 @@ class Coordinator:
         job.cancel_requested = True
         await self.store.put_job(job)
         return await self.wait(who, job_id, 30)
+
+    async def cancel_exec(
+        self, who: Principal, sandbox: SandboxRecord, request: ExecRequest, idempotency_key: str
+    ) -> JobRecord:
+        """Cancel the exec sent with this key (a caller gave up on it mid-request): its job if it
+        was submitted, else a job that stands for it, stored as cancelled under the key, so the
+        exec, should it still arrive, answers as cancelled and never runs."""
+        now = time.time()
+        tombstone = JobRecord(
+            id=new_id("job"),
+            sandbox_id=sandbox.id,
+            owner=who.name,
+            replica=self.replica,
+            request=request,
+            status="cancelled",
+            created_at=now,
+            completed_at=now,
+            error="the exec was cancelled before it started",
+            error_type="JobCancelled",
+        )
+        stored = await self.store.add_job(tombstone, self._job_key(who, sandbox.id, idempotency_key))
+        if stored.id == tombstone.id:
+            return tombstone
+        self._same_command(stored, request, idempotency_key)
+        return await self.cancel(who, stored.id)
 
     async def stream(self, who: Principal, job_id: str) -> AsyncIterator[ExecChunk | ExecResult]:
         """The job's output as it comes (from the start), then its result; a job another replica

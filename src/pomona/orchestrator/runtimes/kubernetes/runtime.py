@@ -34,7 +34,7 @@ import stat as statmod
 import tarfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -782,7 +782,7 @@ class KubernetesRuntime:
 
     async def exec(
         self, sandbox_id: str, request: ExecRequest
-    ) -> AsyncIterator[ExecChunk | ExecResult]:
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         live = self._get(sandbox_id)
         user = self._user(live, request)
         exec_id, uid = secrets.token_hex(8), self._switch(user)
@@ -797,10 +797,11 @@ class KubernetesRuntime:
         stream = self._open(live, argv, data)
         send = self._signaller(live, exec_id, uid)
         command = GatedCommand(stream, lambda: send(9))
-        async for item in execution.stream(
+        async with contextlib.aclosing(execution.stream(
             command, stdin=None, timeout=request.timeout, cap=request.output_cap
-        ):
-            yield item
+        )) as items:
+            async for item in items:
+                yield item
 
     async def open_pty(
         self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from pomona.errors import PomonaError
+from pomona.errors import InvalidRequest, PomonaError
 from pomona.orchestrator.api_models import ErrorBody, ExecBody, JobView, PatchBody, PatchView
 from pomona.orchestrator.server.coordinator import Principal
 from pomona.orchestrator.server.dependencies import Coord, OwnedSandbox, State, Who
@@ -101,6 +101,23 @@ async def exec_stream(
     return StreamingResponse(
         lines(), media_type="application/x-ndjson", headers={"X-Job-Id": job.id}
     )
+
+
+@router.post("/sandboxes/{sandbox_id}/exec/cancel", response_model=JobView, responses=ERRORS)
+async def cancel_exec(
+    sandbox: OwnedSandbox,
+    body: ExecBody,
+    who: Who,
+    coord: Coord,
+    idempotency_key: IdempotencyKey = None,
+) -> JobView:
+    """Cancel the exec sent with this Idempotency-Key and body, whether or not it has arrived:
+    its job is cancelled, or, if it has not arrived yet, it never runs (it answers as cancelled).
+    What an interrupted SDK call sends."""
+    key = idempotency_key or body.idempotency_key
+    if not key:
+        raise InvalidRequest("cancelling an exec needs the Idempotency-Key it was sent with")
+    return JobView.of(await coord.cancel_exec(who, sandbox, body.exec_request(), key))
 
 
 @router.get("/jobs/{job_id}", response_model=JobView, responses=ERRORS)

@@ -1,0 +1,203 @@
+"""The sync SDK is the async one, blocking: every public async method has a sync twin with the
+same parameters and the sync version of its return type (AsyncSandbox -> Sandbox, AsyncIterator
+-> Iterator, Pty -> SyncPty, ...), and a caller interrupted while it waits cancels the work it
+was waiting for. Over the memory runtime (runtimes/memory.py, a named test double): no root."""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import inspect
+import signal
+import threading
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, get_args, get_origin
+
+import pytest
+
+from pomona.orchestrator.runtime import Pty
+from pomona.orchestrator.runtimes.memory import Command, MemoryRuntime
+from pomona.orchestrator.sdk.client import (
+    AsyncSandbox,
+    AsyncSandboxClient,
+    Sandbox,
+    SandboxClient,
+    SyncConnection,
+    SyncPty,
+)
+from pomona.orchestrator.types import ExecResult
+
+TWINS: list[tuple[type, type]] = [
+    (AsyncSandboxClient, SandboxClient),
+    (AsyncSandbox, Sandbox),
+    (Pty, SyncPty),
+]
+SYNC_OF: dict[Any, Any] = dict(TWINS)
+STREAMS = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+def synced(annotation: Any) -> Any:
+    """What the sync twin of a method returning `annotation` must return."""
+    if annotation in SYNC_OF:
+        return SYNC_OF[annotation]
+    if annotation == STREAMS:
+        return SyncConnection
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (collections.abc.AsyncIterator, collections.abc.AsyncGenerator):
+        return Iterator[synced(args[0])]
+    if origin is list:
+        return list[synced(args[0])]  # type: ignore[misc]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(synced(a) for a in args)]  # noqa: UP007 - built from a tuple
+    return annotation
+
+
+def async_methods(cls: type) -> dict[str, Callable[..., Any]]:
+    return {
+        name: value
+        for name, value in vars(cls).items()
+        if not name.startswith("_")
+        and (inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value))
+    }
+
+
+@pytest.mark.parametrize("async_cls, sync_cls", TWINS, ids=lambda c: c.__name__)
+def test_every_async_method_has_a_sync_twin_with_its_signature(async_cls, sync_cls):
+    for name, method in async_methods(async_cls).items():
+        twin = getattr(sync_cls, name, None)
+        assert twin is not None, (
+            f"{async_cls.__name__}.{name} has no sync twin on {sync_cls.__name__}"
+        )
+        assert not inspect.iscoroutinefunction(twin) and not inspect.isasyncgenfunction(twin), name
+        expected, actual = inspect.signature(method), inspect.signature(twin)
+        assert list(actual.parameters) == list(expected.parameters), name
+        hints, twin_hints = typing.get_type_hints(method), typing.get_type_hints(twin)
+        for p in expected.parameters.values():
+            q = actual.parameters[p.name]
+            assert (q.kind, q.default) == (p.kind, p.default), f"{name}({p.name})"
+            assert twin_hints.get(p.name) == hints.get(p.name), f"{name}({p.name})"
+        assert twin_hints["return"] == synced(hints["return"]), (
+            f"{sync_cls.__name__}.{name} returns {twin_hints['return']}, not {synced(hints['return'])}"
+        )
+
+
+def test_the_sync_classes_add_no_public_method_of_their_own():
+    for async_cls, sync_cls in TWINS:
+        extra = {n for n, v in vars(sync_cls).items() if not n.startswith("_") and callable(v)}
+        assert extra <= set(async_methods(async_cls)) | {"close"}, extra  # close: also the portal's
+
+
+def test_the_client_takes_the_same_arguments():
+    sync, asynchronous = inspect.signature(SandboxClient), inspect.signature(AsyncSandboxClient)
+    assert list(sync.parameters.values()) == list(asynchronous.parameters.values())
+
+
+# -- behaviour, over the memory runtime --------------------------------------------------------
+
+
+class Hang:
+    """A command that runs until cancelled, and says when it started and when it was cancelled."""
+
+    def __init__(self) -> None:
+        self.started, self.cancelled = threading.Event(), threading.Event()
+
+    async def __call__(self, command: Command) -> int:
+        if command.text.startswith("echo "):
+            await command.write(command.text.removeprefix("echo ") + "\n")
+            return 0
+        await command.write("started\n")
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return 0
+
+
+@pytest.fixture
+def hang() -> Hang:
+    return Hang()
+
+
+@pytest.fixture
+def client(hang: Hang) -> Iterator[SandboxClient]:
+    with SandboxClient(MemoryRuntime(hang)) as c:
+        yield c
+
+
+def _interrupt_main_thread(when: threading.Event, signum: int = signal.SIGINT) -> None:
+    """Deliver `signum` to the main thread (where the test waits) once `when` is set."""
+    main = threading.main_thread().ident
+    assert main is not None and threading.current_thread() is threading.main_thread()
+
+    def deliver() -> None:
+        when.wait(60)  # and if it never comes, interrupt anyway: the test fails, never hangs
+        signal.pthread_kill(main, signum)
+
+    threading.Thread(target=deliver, daemon=True).start()
+
+
+def test_results_come_back_as_sync_twins(client):
+    sb = client.create_sandbox()
+    assert isinstance(sb, Sandbox) and isinstance(client.get_sandbox(sb.id), Sandbox)
+    assert isinstance(sb.exec("echo hi"), ExecResult)
+    assert [type(item).__name__ for item in sb.exec_stream("echo hi")] == [
+        "ExecChunk",
+        "ExecResult",
+    ]
+    snapshot = sb.snapshot()
+    forks = client.fork(snapshot, 2)
+    assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks)
+    with sb.pty("echo on a terminal") as terminal:
+        assert isinstance(terminal, SyncPty) and terminal.wait(timeout=30) == 0
+
+
+def test_ctrl_c_cancels_the_exec_before_it_reaches_the_caller(client, hang):
+    sb = client.create_sandbox()
+    _interrupt_main_thread(hang.started)
+    with pytest.raises(KeyboardInterrupt):
+        sb.exec("hang")
+    # the command was stopped before the interruption came back
+    assert hang.started.is_set() and hang.cancelled.is_set()
+    assert sb.exec("echo still usable").stdout == "still usable\n"
+
+
+def test_a_timeout_raised_in_the_calling_thread_cancels_too(client, hang):
+    def alarm(signum: int, frame: object) -> None:
+        raise TimeoutError("the caller's own deadline")
+
+    previous = signal.signal(signal.SIGINT, alarm)  # as a signal-driven deadline would
+    try:
+        sb = client.create_sandbox()
+        _interrupt_main_thread(hang.started)
+        with pytest.raises(TimeoutError, match="caller's own deadline"):
+            sb.exec("hang", timeout=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert hang.started.is_set() and hang.cancelled.is_set()
+
+
+def test_an_interrupted_or_abandoned_stream_stops_its_command(client, hang):
+    sb = client.create_sandbox()
+    _interrupt_main_thread(hang.started)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in sb.exec_stream("hang"):
+            pass
+    assert hang.started.is_set() and hang.cancelled.is_set()
+    second = Hang()
+    client._async._runtime.handler = second
+    for chunk in sb.exec_stream("hang"):
+        assert not isinstance(chunk, ExecResult) and chunk.data == "started\n"
+        break
+    assert second.cancelled.is_set()
+
+
+def test_a_sync_call_from_the_portal_thread_is_refused(client):
+    async def inside() -> None:
+        client.create_sandbox()
+
+    with pytest.raises(RuntimeError, match="own event loop thread"):
+        client._portal.call(inside())
