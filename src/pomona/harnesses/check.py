@@ -19,6 +19,7 @@ from pomona.harnesses import payload
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get, names
 from pomona.harnesses.runner import HarnessResult, run, tools_mount
+from pomona.orchestrator.sdk.client import Sandbox
 
 PROMPT = "Create a file named out.txt containing the word hello, using your shell tool."
 SCRIPT = ["echo hello > out.txt"]
@@ -39,7 +40,7 @@ class CheckRow:
 
 
 def file_task(
-    harness: str, sandbox: Any, proxy: Any, *, dialect: str | None = None, timeout: float = 180
+    harness: str, sandbox: Sandbox, proxy: Any, *, dialect: str | None = None, timeout: float = 180
 ) -> CheckRow:
     """Run the file task once in `sandbox` (gateway to `proxy`, payload mounted) and judge it."""
     h = get(harness)

@@ -27,6 +27,7 @@ from pomona.harnesses.mcp import McpServer, McpUnsupported, check_unique
 from pomona.harnesses.payload import DEFAULT_ROOT
 from pomona.harnesses.proxy_link import ProxyLink, RecordedCall
 from pomona.harnesses.registry import get
+from pomona.orchestrator.sdk.client import Sandbox
 from pomona.orchestrator.types import Mount
 
 FailureKind = Literal["none", "harness", "timeout", "proxy", "upstream"]
@@ -73,7 +74,7 @@ def tools_mount(root: Path | str = DEFAULT_ROOT) -> Mount:
     return Mount(source=str(root), target=TOOLS_MOUNT, read_only=True)
 
 
-def _inside_url(sandbox: Any, link: ProxyLink) -> str:
+def _inside_url(sandbox: Sandbox, link: ProxyLink) -> str:
     """The proxy's root URL as the sandbox sees it: in gateway mode the one allowed host:port
     appears at 127.0.0.1:<port> inside."""
     spec = sandbox.info.spec
@@ -98,7 +99,7 @@ def _setup_script(dirs: list[str], files: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _scratch(sandbox: Any) -> str:
+def _scratch(sandbox: Sandbox) -> str:
     """Where run directories go: not under /tmp when avoidable, because Codex refuses to create
     its helper binaries (the apply_patch alias) under a temporary directory."""
     probe = 'for d in /var/tmp "$HOME" /tmp; do [ -d "$d" ] && [ -w "$d" ] && echo "$d" && exit 0; done'
@@ -123,7 +124,7 @@ def _matches(name: str, pattern: str) -> bool:
     )
 
 
-def _collect(sandbox: Any, run_dir: str, globs: tuple[str, ...]) -> dict[str, bytes]:
+def _collect(sandbox: Sandbox, run_dir: str, globs: tuple[str, ...]) -> dict[str, bytes]:
     if not globs:
         return {}
     try:
@@ -167,7 +168,7 @@ def judge(
 def run(
     harness: str | Harness,
     task_prompt: str,
-    sandbox: Any,
+    sandbox: Sandbox,
     model: str,
     proxy: Any,
     *,

@@ -26,6 +26,7 @@ from typing import Any
 
 from pomona.benchmarks.task import Task
 from pomona.errors import SandboxError
+from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 from pomona.trainer.episodes import Episode
 
 SUBMIT = "submit"
@@ -151,7 +152,7 @@ def sft_examples(episode: Episode, values: Values) -> list[dict[str, Any]]:
 # --- ShellEnv-style episodes: snapshot and fork ------------------------------------------------
 
 
-def _continue(sandbox: Any, task: Task, history: list[dict[str, Any]], policy: ShellPolicy,
+def _continue(sandbox: Sandbox, task: Task, history: list[dict[str, Any]], policy: ShellPolicy,
               max_steps: int, step_timeout: float) -> float | None:  # fmt: skip
     """Let `policy` go on from `history` in `sandbox` until it submits, then score."""
     history = list(history)
@@ -177,7 +178,7 @@ def shell_values(
     policy: ShellPolicy,
     *,
     k: int = 4,
-    client: Any,
+    client: SandboxClient,
     image: str | None = None,
     max_steps: int = 30,
     step_timeout: float = 60,
