@@ -177,7 +177,8 @@ class LocalCommand:
 
     async def wait(self) -> int:
         await wait_pid_exit(self.proc.pid)
-        return await asyncio.to_thread(self.proc.wait)
+        return self.proc.wait()  # it has exited: reaping is instant, no thread (whose pool a
+        # burst of creates may hold) needed
 
     async def kill(self) -> None:
         await _killpg(self.proc.pid)
