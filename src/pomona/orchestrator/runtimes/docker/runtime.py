@@ -61,6 +61,9 @@ INIT_MOUNT = "/dev/.pomona-init"  # in the container's private /dev: never part 
 
 @dataclass
 class _Live:
+    """A container this process serves as a sandbox: its record (also in its labels), its
+    init's pidfd, its gateway and its files."""
+
     id: str
     container_id: str
     spec: SandboxSpec
@@ -69,7 +72,6 @@ class _Live:
     shell: str = "/bin/sh"
     snapshot: str | None = None
     gateway: Gateway | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pidfd: int | None = None  # the container's init, on a host-local engine
     fs: ContainerFS = field(init=False)  # set by DockerRuntime._live
 
