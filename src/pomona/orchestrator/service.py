@@ -39,6 +39,11 @@ from pomona.orchestrator.types import (
 )
 
 REAP_INTERVAL = 1.0
+# Creates at once; more wait their turn. A burst of creates otherwise takes every thread the
+# runtime works on, so deletes (and file operations) queue behind all of it and every sandbox
+# of the burst is alive at once; the local runtime's creates cost more the more sandboxes live
+# (each new mount namespace copies the host's mount table).
+MAX_CREATES = 16
 # (name, dry run, apply): SWE-bench's chain, minus `git apply --reject`, which can only succeed
 # where plain `git apply` does and otherwise leaves half-applied hunks behind.
 PATCH_STRATEGIES = (
@@ -157,9 +162,11 @@ class Service(Protocol):
 class SandboxService:
     """The Service in this process, over one runtime."""
 
-    def __init__(self, runtime: Runtime, reap_interval: float = REAP_INTERVAL):
+    def __init__(self, runtime: Runtime, reap_interval: float = REAP_INTERVAL,
+                 max_creates: int = MAX_CREATES):
         self.runtime = runtime
         self.reap_interval = reap_interval
+        self._create_slots = asyncio.Semaphore(max_creates)
         self._heartbeats: dict[str, float] = {}
         self._creating: dict[str, asyncio.Future[SandboxInfo]] = {}
         self._exec_locks: dict[str, asyncio.Lock] = {}
@@ -196,7 +203,8 @@ class SandboxService:
         future: asyncio.Future[SandboxInfo] = asyncio.get_running_loop().create_future()
         self._creating[sandbox_id] = future
         try:
-            info = await self.runtime.create(sandbox_id, spec, snapshot)
+            async with self._create_slots:
+                info = await self.runtime.create(sandbox_id, spec, snapshot)
             self._heartbeats[sandbox_id] = time.time()
             future.set_result(info)
             return self._with_expiry(info)

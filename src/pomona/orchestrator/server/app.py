@@ -39,13 +39,14 @@ from pomona.orchestrator.sources import ImageSources
 log = logging.getLogger("pomona.service")
 MAX_BODY = 512 * 2**20
 WORKERS = 64
+MAX_CREATES = 32  # creates at once before admission queues them
 
 
 def create_app(
     coordinator: Coordinator,
     keys: KeyRing,
     *,
-    max_creates: int = 32,
+    max_creates: int = MAX_CREATES,
     max_execs: int = 512,
     queue: int = 2000,
     max_body: int = MAX_BODY,
@@ -113,9 +114,11 @@ def build(
     from pomona.orchestrator.service import SandboxService
 
     sources = ImageSources.restricted(image_dirs, registries)
-    service = SandboxService(
-        make_runtime(runtime, state_dir, sources=sources), reap_interval=10**9
-    )  # the coordinator reaps
+    service = SandboxService(  # the coordinator reaps; creates at once as admission allows
+        make_runtime(runtime, state_dir, sources=sources),
+        reap_interval=10**9,
+        max_creates=app_options.get("max_creates", MAX_CREATES),
+    )
     coordinator = Coordinator(service, open_store(redis_url, state_dir), timing)
     ring = KeyRing(api_keys, frozenset(admins if admins is not None else {"admin"}))
     policy = TenantPolicy.of(mount_sources, file_ops_per_key)
@@ -169,7 +172,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     p.add_argument("--state-dir", default="/var/lib/pomona", help="sandboxes and the SQLite store")
     p.add_argument("--redis", metavar="URL", help="share state with other replicas through Redis")
-    p.add_argument("--max-creates", type=int, default=32, help="concurrent creates before queueing")
+    p.add_argument(
+        "--max-creates", type=int, default=MAX_CREATES, help="concurrent creates before queueing"
+    )
     p.add_argument("--max-execs", type=int, default=512, help="concurrent execs before queueing")
     p.add_argument(
         "--mount-source",
