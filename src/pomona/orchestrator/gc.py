@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pomona.orchestrator.linux.cgroups import ROOT as CGROUP_ROOT
 from pomona.orchestrator.linux.statedirs import registered
-from pomona.orchestrator.linux.syscalls import alive, unmount
+from pomona.orchestrator.linux.syscalls import alive, unmount, wait_loops_released
 
 
 def _processes_naming(root: Path) -> list[int]:
@@ -88,15 +88,6 @@ def _mounts_under(root: Path) -> list[str]:
     )
 
 
-def _loop_devices(root: Path) -> list[str]:
-    prefix = str(root) + "/"
-    found = []
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        if backing.read_text().strip().startswith(prefix):
-            found.append("/dev/" + backing.parts[3])
-    return found
-
-
 def _containers(root: Path) -> list[str]:
     if not shutil.which("docker"):
         return []
@@ -123,7 +114,8 @@ def _everything(root: Path) -> list[str]:
         with contextlib.suppress(OSError):
             unmount(point)
             released.append(f"mount {point}")
-    for device in _loop_devices(root):  # autoclear frees most; a device pinned by nothing now goes
+    # autoclear frees most, once the unmounts above have let go; one pinned by nothing now goes
+    for device in wait_loops_released(str(root) + "/"):
         if subprocess.run(["losetup", "-d", device], capture_output=True).returncode == 0:
             released.append(f"loop device {device}")
     _remove_cgroups(_cgroup_dirs(root))

@@ -1,14 +1,18 @@
-"""Thin ctypes bindings for the Linux calls Python 3.11 lacks: setns, openat2, prctl, mount.
+"""Thin ctypes bindings for the Linux calls Python 3.11 lacks: setns, openat2, prctl, mount;
+and the loop devices a lazy unmount lets go of later.
 
 Kept in one place so the rest of the runtime reads as ordinary Python.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import select
+import time
+from pathlib import Path
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -55,6 +59,26 @@ def bind_readonly(source: str, target: str) -> None:
 def unmount(target: str) -> None:
     """Lazy unmount: detached at once, released when the last user goes."""
     _check(_libc.umount2(os.fsencode(target), MNT_DETACH), f"umount {target}")
+
+
+def loop_devices(backing: str) -> list[str]:
+    """The loop devices ("/dev/loopN") whose backing file is `backing` or under it."""
+    found = []
+    for entry in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):  # a device going away as we look
+            if entry.read_text().strip().removesuffix(" (deleted)").startswith(backing):
+                found.append("/dev/" + entry.parts[3])
+    return found
+
+
+def wait_loops_released(backing: str, limit: float = 10.0) -> list[str]:
+    """After a lazy unmount the kernel lets a loop device go when the filesystem's last user
+    goes, through deferred work that runs late on a loaded machine: wait for that, up to
+    `limit` seconds. The devices still there then (pinned by something alive)."""
+    deadline = time.monotonic() + limit
+    while (left := loop_devices(backing)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
 
 
 class _OpenHow(ctypes.Structure):

@@ -50,6 +50,7 @@ from pomona.orchestrator.linux.syscalls import (
     open_in_root,
     start_time,
     unmount,
+    wait_loops_released,
 )
 from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.sources import ImageSources
@@ -160,24 +161,6 @@ def _run(*argv: str) -> None:
         raise SandboxFailed(f"{' '.join(argv[:3])}...: {done.stderr.strip() or done.stdout.strip()}")
 
 
-def _wait_released(image: Path, limit: float = 10.0) -> None:
-    """A lazily unmounted store gives its loop device back when its last user goes, through
-    deferred kernel work that runs late on a loaded machine: wait for that (up to `limit` s), so
-    whoever unmounted it finds nothing of the store left."""
-    deadline = time.monotonic() + limit
-    while _backs_a_loop_device(image) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def _backs_a_loop_device(image: Path) -> bool:
-    target = os.path.realpath(image)
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        with contextlib.suppress(OSError):  # a device going away as we look
-            if backing.read_text().strip().removesuffix(" (deleted)") == target:
-                return True
-    return False
-
-
 class LocalRuntime:
     name = "local"
 
@@ -274,7 +257,7 @@ class LocalRuntime:
             unmount(str(self.gate))
         if os.path.ismount(self.state):
             unmount(str(self.state))
-            _wait_released(self.root / "store.xfs")
+            wait_loops_released(os.path.realpath(self.root / "store.xfs"))
         remove_group(self.cgroup_group)
 
     async def close(self) -> None:
