@@ -89,16 +89,14 @@ def test_keys_own_their_sandboxes_and_admin_sees_all(as_user, memory):
 
 def test_orchard_create_body_and_views(as_user):
     alice = as_user("alice")
-    r = alice.post(
-        "/sandboxes",
-        json={
-            "image": "host",
-            "block_network": True,
-            "cpu": "1",
-            "memory": "256Mi",
-            "sandbox_id": "orchard-style",
-        },
-    )
+    orchard = {
+        "image": "host",
+        "block_network": True,
+        "cpu": "1",
+        "memory": "256Mi",
+        "sandbox_id": "orchard-style",
+    }
+    r = alice.post("/sandboxes", json=orchard)
     assert r.status_code == 200, r.text
     body = r.json()
     assert (body["sandbox_id"], body["image"], body["ready"], body["status"], body["owner"]) == (
@@ -109,16 +107,7 @@ def test_orchard_create_body_and_views(as_user):
         "alice",
     )
     assert body["spec"]["network"] == "none" and body["spec"]["limits"]["memory"] == 256 * 2**20
-    again = alice.post(
-        "/sandboxes",
-        json={
-            "image": "host",
-            "block_network": True,
-            "cpu": "1",
-            "memory": "256Mi",
-            "sandbox_id": "orchard-style",
-        },
-    )
+    again = alice.post("/sandboxes", json=orchard)
     assert again.json()["created_at"] == body["created_at"]  # idempotent: the same sandbox
     conflict = alice.post("/sandboxes", json={"image": "host", "sandbox_id": "orchard-style"})
     assert conflict.status_code == 409 and "different spec" in conflict.json()["detail"]

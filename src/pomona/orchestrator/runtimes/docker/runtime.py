@@ -84,23 +84,15 @@ class _Live:
         return self.pidfd is not None and exited(self.pidfd)
 
     def info(self, runtime: str) -> SandboxInfo:
-        if self.dead:
-            return SandboxInfo(
-                id=self.id,
-                runtime=runtime,
-                status="failed",
-                spec=self.spec,
-                created_at=self.created_at,
-                snapshot=self.snapshot,
-                message="the sandbox's init process died",
-            )
+        dead = self.dead
         return SandboxInfo(
             id=self.id,
             runtime=runtime,
-            status="ready",
+            status="failed" if dead else "ready",
             spec=self.spec,
             created_at=self.created_at,
             snapshot=self.snapshot,
+            message="the sandbox's init process died" if dead else None,
         )
 
     def release(self) -> None:
