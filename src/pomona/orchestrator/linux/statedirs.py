@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,14 +18,24 @@ from pathlib import Path
 REGISTRY = Path(os.environ.get("POMONA_STATE_REGISTRY", "/var/lib/pomona-state-dirs"))
 
 
-def registered() -> list[Path]:
-    """Every registered state directory that still exists."""
+_dirs: set[str] = set()  # entries seen to be directories: each local create asks, and a
+# machine's list grows to hundreds of entries, so a directory is stat()ed once per process
+
+
+def _existing() -> tuple[str, ...]:
+    """The registered paths that are (or were, when first asked about) directories."""
     with contextlib.suppress(OSError):
         lines = REGISTRY.read_text().splitlines()
-        return sorted(
-            {Path(line) for line in lines if line.startswith("/") and Path(line).is_dir()}
-        )
-    return []
+        for line in lines:
+            if line.startswith("/") and line not in _dirs and Path(line).is_dir():
+                _dirs.add(line)
+        return tuple(sorted({line for line in lines if line in _dirs}))
+    return ()
+
+
+def registered() -> list[Path]:
+    """Every registered state directory that exists."""
+    return [Path(line) for line in _existing()]
 
 
 def register(state_dir: Path) -> None:
@@ -46,11 +57,14 @@ def register(state_dir: Path) -> None:
 def hidden_places(base: Iterable[str], own: Path) -> list[str]:
     """Paths relative to / that the host image hides: `base`, this runtime's state dir and
     every registered one, minus those already under a hidden place."""
-    places = sorted(
-        {*base, *(str(p.relative_to("/")) for p in (own, *registered()) if p != Path("/"))}
-    )
+    return list(_hidden(tuple(base), str(own), _existing()))
+
+
+@functools.lru_cache(maxsize=16)
+def _hidden(base: tuple[str, ...], own: str, existing: tuple[str, ...]) -> tuple[str, ...]:
+    places = sorted({*base, *(p.lstrip("/") for p in (own, *existing) if p != "/")})
     kept: list[str] = []
     for place in places:  # sorted, so a parent comes before what lies under it
         if not any(place == k or place.startswith(k + "/") for k in kept):
             kept.append(place)
-    return kept
+    return tuple(kept)
