@@ -29,6 +29,7 @@ from typing import Any
 
 from pomona.errors import FileNotFoundInSandbox, InvalidRequest, PathOutsideSandbox, SandboxFailed
 from pomona.orchestrator.linux.safefs import normalize
+from pomona.orchestrator.runtimes.archives import clean_archive
 from pomona.orchestrator.types import SANDBOX_HOME, ExecResult, FileInfo
 
 MAX_LINKS = 40
@@ -400,61 +401,14 @@ class ContainerFS:
 
     async def tar_in(self, path: str, tar: bytes) -> None:
         """Unpack a tar at path: members may not leave it (absolute names, `..`), devices and
-        fifos are skipped, hard links become copies, and everything belongs to the sandbox user."""
+        fifos are skipped, hard links become copies, and everything belongs to the sandbox user
+        (runtimes/archives.py); nothing is written through a link already in the sandbox."""
         path = normalize(path)
-        out = io.BytesIO()
-        try:
-            src = tarfile.open(fileobj=io.BytesIO(tar), mode="r:*")
-        except tarfile.TarError as e:
-            raise InvalidRequest(f"not a tar archive: {e}") from None
-        declared: dict[
-            str, str
-        ] = {}  # what the archive itself made so far: path -> "dir"/"link"/...
-        check: set[str] = set()  # existing directories members go through: must not be symlinks
-        with src, tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
-            for member in src:
-                parts = [p for p in member.name.split("/") if p not in ("", ".")]
-                if member.name.startswith("/") or ".." in parts:
-                    raise PathOutsideSandbox(
-                        f"archive member {member.name!r} points outside the target"
-                    )
-                if not parts:
-                    continue
-                for i in range(1, len(parts)):
-                    prefix = "/".join(parts[:i])
-                    kind = declared.get(prefix)
-                    if kind is None:
-                        check.add(prefix)
-                    elif kind != "dir":
-                        raise PathOutsideSandbox(
-                            f"archive member {member.name!r} goes through {prefix!r}, which is not a directory"
-                        )
-                declared["/".join(parts)] = (
-                    "dir" if member.isdir() else "link" if member.issym() else "file"
-                )
-                data = None
-                if member.isdir():
-                    clean = tar_member(
-                        "/".join(parts), self.uid, member.mode & 0o777, tarfile.DIRTYPE
-                    )
-                elif member.issym():
-                    clean = tar_member("/".join(parts), self.uid, 0o777, tarfile.SYMTYPE)
-                    clean.linkname = member.linkname
-                elif member.isfile() or member.islnk():
-                    data = src.extractfile(member)
-                    content = data.read() if data else b""
-                    clean = tar_member(
-                        "/".join(parts), self.uid, member.mode & 0o777, size=len(content)
-                    )
-                    data = io.BytesIO(content)
-                else:
-                    continue
-                clean.mtime = member.mtime
-                dst.addfile(clean, data)
+        clean, prefixes = clean_archive(tar, self.uid)
         await self._ensure_dir(path)
         resolved, _ = await self._resolve(path)
-        await self._check_no_links(resolved, check)
-        await self.put(resolved, out.getvalue())
+        await self._check_no_links(resolved, prefixes)
+        await self.put(resolved, clean)
 
     async def _check_no_links(self, base: str, prefixes: set[str]) -> None:
         """Refuse an upload whose members would pass through a symlink already in the sandbox

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import os
@@ -31,7 +30,6 @@ import posixpath
 import secrets
 import socket
 import stat as statmod
-import tarfile
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -51,6 +49,7 @@ from pomona.errors import (
 )
 from pomona.orchestrator.linux.safefs import normalize
 from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.runtimes.archives import clean_archive
 from pomona.orchestrator.runtimes.kubernetes import gate, objects
 from pomona.orchestrator.runtimes.kubernetes.channels import ChannelStream, GatedCommand, PodPty
 from pomona.orchestrator.runtimes.kubernetes.objects import KubernetesSettings
@@ -1231,54 +1230,3 @@ def _ancestors(directory: str) -> list[str]:
     """ "/a/b/c" -> ["/a", "/a/b", "/a/b/c"]: the directories a write may have to make."""
     parts = [p for p in directory.split("/") if p]
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
-def clean_archive(data: bytes, uid: int) -> tuple[bytes, set[str]]:
-    """An upload, rewritten so it cannot leave its target: no absolute or `..` members, nothing
-    through a link the archive itself made, no devices or fifos, hard links as copies, every
-    member owned by the sandbox user. Returns the clean tar and the existing-path prefixes the
-    caller must check are not symlinks."""
-    out = io.BytesIO()
-    try:
-        source = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
-    except tarfile.TarError as e:
-        raise InvalidRequest(f"not a tar archive: {e}") from None
-    declared: dict[str, str] = {}
-    check: set[str] = set()
-    with source, tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as target:
-        for member in source:
-            parts = [p for p in member.name.split("/") if p not in ("", ".")]
-            if member.name.startswith("/") or ".." in parts:
-                raise PathOutsideSandbox(
-                    f"archive member {member.name!r} points outside the target"
-                )
-            if not parts:
-                continue
-            for i in range(1, len(parts)):
-                prefix = "/".join(parts[:i])
-                kind = declared.get(prefix)
-                if kind is None:
-                    check.add(prefix)
-                elif kind != "dir":
-                    raise PathOutsideSandbox(
-                        f"archive member {member.name!r} goes through {prefix!r}, which is not a directory"
-                    )
-            name = "/".join(parts)
-            declared[name] = "dir" if member.isdir() else "link" if member.issym() else "file"
-            clean = tarfile.TarInfo(name)
-            clean.uid = clean.gid = uid
-            clean.mtime = member.mtime
-            payload = None
-            if member.isdir():
-                clean.type, clean.mode = tarfile.DIRTYPE, member.mode & 0o777
-            elif member.issym():
-                clean.type, clean.mode, clean.linkname = tarfile.SYMTYPE, 0o777, member.linkname
-            elif member.isfile() or member.islnk():
-                f = source.extractfile(member)
-                content = f.read() if f else b""
-                clean.mode, clean.size = member.mode & 0o777, len(content)
-                payload = io.BytesIO(content)
-            else:
-                continue
-            target.addfile(clean, payload)
-    return out.getvalue(), check
