@@ -310,9 +310,9 @@ class MemoryRuntime:
     ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         running = self._start(sandbox_id, request)
         stdin = request.stdin.encode() if request.stdin is not None else None
-        async with contextlib.aclosing(execution.stream(
-            running, stdin=stdin, timeout=request.timeout, cap=request.output_cap
-        )) as items:
+        async with contextlib.aclosing(
+            execution.stream(running, stdin=stdin, timeout=request.timeout, cap=request.output_cap)
+        ) as items:
             async for item in items:
                 yield item
 

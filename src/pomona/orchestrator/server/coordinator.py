@@ -607,7 +607,9 @@ class Coordinator:
             error="the exec was cancelled before it started",
             error_type="JobCancelled",
         )
-        stored = await self.store.add_job(tombstone, self._job_key(who, sandbox.id, idempotency_key))
+        stored = await self.store.add_job(
+            tombstone, self._job_key(who, sandbox.id, idempotency_key)
+        )
         if stored.id == tombstone.id:
             return tombstone
         self._same_command(stored, request, idempotency_key)

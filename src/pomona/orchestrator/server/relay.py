@@ -51,8 +51,10 @@ async def _accept(websocket: WebSocket, check: Check) -> Principal | None:
     except AuthenticationRequired as e:
         reason = str(e)
         if "api_key" in websocket.query_params:  # where Orchard's SDK puts it
-            reason = ("keys in URLs end up in logs and are refused: send X-API-Key or the "
-                      "subprotocol api_key.<key>")
+            reason = (
+                "keys in URLs end up in logs and are refused: send X-API-Key or the "
+                "subprotocol api_key.<key>"
+            )
         await websocket.close(4401, reason[:120])
     except PermissionDenied as e:
         await websocket.close(4403, str(e)[:120])
