@@ -544,8 +544,6 @@ def install(
     return report
 
 
-def ensure(names: Iterable[str], root: Path | str = DEFAULT_ROOT) -> dict[str, str]:
-    """Install what is missing; return name -> why for those that cannot be had here."""
 def ensure_node(root: Path | str = DEFAULT_ROOT) -> Path:
     """The payload's Node binary, installed first if missing (tasks that test with Node use it)."""
     root = Path(root)
@@ -558,5 +556,7 @@ def ensure_node(root: Path | str = DEFAULT_ROOT) -> Path:
     return node
 
 
+def ensure(names: Iterable[str], root: Path | str = DEFAULT_ROOT) -> dict[str, str]:
+    """Install what is missing; return name -> why for those that cannot be had here."""
     report = install(names, root)
     return {**report.unavailable, **report.failed}
