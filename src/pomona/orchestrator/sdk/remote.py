@@ -37,6 +37,7 @@ from pomona.errors import (
     error_named,
 )
 from pomona.orchestrator.api_models import JobView
+from pomona.orchestrator.sdk.transport import AiohttpTransport
 from pomona.orchestrator.service import new_id
 from pomona.orchestrator.types import (
     ExecChunk,
@@ -68,7 +69,6 @@ WS_CLOSE_ERRORS = {
     4500: "SandboxFailed",
     4502: "SandboxFailed",
 }
-POOL_CONNECTIONS = 16  # per httpx pool; see RemoteService._http
 ABANDON_WAIT = 10.0  # seconds an interrupted exec spends cancelling itself on the service
 SIGNAL_NAMES: dict[int, str] = {
     signal.SIGTERM: "TERM",
@@ -101,46 +101,32 @@ class RemoteService:
         self.api_key = api_key
         self.timeout, self.retry_for, self.max_connections = timeout, retry_for, max_connections
         self.overload_wait = overload_wait
-        self._pools: list[httpx.AsyncClient] = []
-        self._turn = 0
+        self._client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        if not self._pools:
+        if self._client is None:
             headers = {"X-API-Key": self.api_key} if self.api_key else {}
-            per_pool = min(self.max_connections, POOL_CONNECTIONS)
-            tls = httpx.create_ssl_context()  # one for every pool: each costs milliseconds
-            self._pools = [
-                httpx.AsyncClient(
-                    base_url=self.base_url,
-                    headers=headers,
-                    verify=tls,
-                    timeout=httpx.Timeout(self.timeout, connect=10.0),
-                    # keep-alive shorter than the server's 120 s: never reuse a connection it closes
-                    limits=httpx.Limits(
-                        max_connections=per_pool,
-                        max_keepalive_connections=per_pool,
-                        keepalive_expiry=60,
-                    ),
-                )
-                for _ in range(-(-self.max_connections // per_pool))
-            ]
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout, connect=10.0),
+                # keep-alive shorter than the server's 120 s: never reuse a connection it closes
+                transport=AiohttpTransport(self.max_connections, keepalive=60),
+            )
 
     @property
     def _http(self) -> httpx.AsyncClient:
-        """The next of the connection pools, in turn. httpcore's pool walks every one of its
-        connections (polling each idle socket) whenever a request starts or ends, so a single
-        pool of 1,000 connections spends O(n) per request and O(n²) on a burst: the SDK's CPU,
-        not the service, then bounds a 1,000-sandbox run. Pools of at most POOL_CONNECTIONS
-        keep each walk short."""
-        self._turn = (self._turn + 1) % len(self._pools)
-        return self._pools[self._turn]
+        if self._client is None:
+            raise RuntimeError("RemoteService.start() was not called")
+        return self._client
 
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        pools, self._pools = self._pools, []
-        await asyncio.gather(*(pool.aclose() for pool in pools))
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
     # -- one HTTP call, with the retry rules above --------------------------------------------
 
