@@ -8,6 +8,10 @@ Retries are safe by construction, never by hope:
   reads, deletes, heartbeats, file writes, and create / snapshot / fork (their ids are chosen
   here, before the first attempt) and exec (it carries an idempotency key, so the service returns
   the first attempt's job instead of running the command again). apply_patch is not repeated.
+
+An exec the caller gives up on (its task cancelled, its stream left early) is cancelled on the
+service by the same key, whether its request got there or not, so the command stops as it would
+in-process. Requests travel over sdk/transport.py (httpx over aiohttp's pool).
 """
 
 from __future__ import annotations
