@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks import swe_datasets, swe_images, swebench
+from pomona.benchmarks.swebench import Prediction, SweInstance
+from pomona.orchestrator.sdk.client import SandboxClient
 
 EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_GRADED = 0, 1, 2
 
@@ -56,7 +59,7 @@ class GradeRun:
         return EXIT_RESOLVED if ids and all(i in resolved for i in ids) else EXIT_UNRESOLVED
 
 
-def gold_predictions(instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def gold_predictions(instances: list[SweInstance]) -> dict[str, Prediction]:
     return {
         i["instance_id"]: swebench.prediction(i["instance_id"], "gold", i["patch"])
         for i in instances
@@ -86,9 +89,9 @@ def write_run_metadata(root: Path, run_id: str, dataset: str, split: str) -> Pat
 
 
 def _grade_one(
-    client: Any,
-    instance: dict[str, Any],
-    pred: dict[str, Any],
+    client: SandboxClient,
+    instance: SweInstance,
+    pred: Prediction,
     root: Path,
     run_id: str,
     timeout: float,
@@ -114,10 +117,10 @@ def evaluate(
     timeout: float = 1800,
     report_dir: str | Path = ".",
     log_root: str | Path = ".",
-    runtime: str = "local",
+    runtime: str | None = "local",  # None: the service at POMONA_URL
     state_dir: str | None = None,
     build_images: bool = False,
-    say: Any = None,
+    say: Callable[[str], object] | None = None,
 ) -> GradeRun:
     """Grade a predictions file against a dataset, writing swebench's logs and run report."""
     from pomona.gym.sandboxes import shared_client
@@ -142,7 +145,7 @@ def evaluate(
     write_run_metadata(root, run_id, data.name, split)
 
     outcomes: list[Outcome] = []
-    todo = []
+    todo: list[tuple[SweInstance, Prediction]] = []
     for iid, pred in sorted(preds.items()):
         done = swebench.log_dir_for(root, run_id, pred["model_name_or_path"], iid) / "report.json"
         if not (pred.get("model_patch") or "").strip():
@@ -158,10 +161,14 @@ def evaluate(
     todo = [(inst, p) for inst, p in todo if inst["instance_id"] not in unavailable]
     if todo:
         client = shared_client(runtime, state_dir)
+
+        def grade_one(job: tuple[SweInstance, Prediction]) -> Outcome:
+            return _grade_one(client, *job, root, run_id, timeout)
+
         say(f"grading {len(todo)} instance(s) with {min(max_workers, len(todo))} worker(s)")
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
-            outcomes += pool.map(lambda job: _grade_one(client, *job, root, run_id, timeout), todo)
+            outcomes += pool.map(grade_one, todo)
         say(f"graded in {time.monotonic() - t0:.1f} s")
     report = swebench.run_report(
         list(preds.values()), data.instances, run_id, root, Path(report_dir).resolve()

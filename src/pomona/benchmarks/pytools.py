@@ -19,11 +19,14 @@ import tarfile
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
 
 from pomona.errors import PomonaError
+
+if TYPE_CHECKING:
+    from pomona.orchestrator.sdk.client import Sandbox
 
 DEFAULT = ("pytest",)
 _SITE = "python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'"
@@ -51,7 +54,8 @@ def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
             raise MissingDistribution(
                 f"test dependency {name!r} is not installed in Pomona's environment, so it "
                 "cannot be copied into the sandbox; install it there or use an image that "
-                "has it") from None
+                "has it"
+            ) from None
         seen[name] = dist
         for spec in dist.requires or []:
             req = Requirement(spec)
@@ -90,8 +94,9 @@ def _importable(name: str) -> str:
     return (top.split() or [name])[0] if top else _key(name).replace("-", "_")
 
 
-def install(sandbox: Any, names: Iterable[str] = DEFAULT, python: str = "python3",
-            force: bool = False) -> None:
+def install(
+    sandbox: Sandbox, names: Iterable[str] = DEFAULT, python: str = "python3", force: bool = False
+) -> None:
     """Make the distributions importable by the sandbox's `python`. Skipped where the image
     already has them all, unless `force` (a verifier that must not trust what an agent left)."""
     names = tuple(names)
@@ -108,6 +113,6 @@ def install(sandbox: Any, names: Iterable[str] = DEFAULT, python: str = "python3
     sandbox.upload_dir(target, packages_tar(names))
 
 
-def install_pytest(sandbox: Any, python: str = "python3", force: bool = False) -> None:
+def install_pytest(sandbox: Sandbox, python: str = "python3", force: bool = False) -> None:
     """Make `python3 -m pytest` work in the sandbox (a no-op where the image already has it)."""
     install(sandbox, DEFAULT, python, force)

@@ -72,7 +72,7 @@ class SweDataset:
     name: str  # what was asked for, short names expanded
     label: str  # how leaderboards name it: the dataset's own name, or <dir>@<hash of its path>
     split: str
-    instances: list[dict[str, Any]]
+    instances: list[swebench.SweInstance]
 
 
 def resolve(name: str) -> str:
@@ -137,7 +137,7 @@ def read_rows(name: str, split: str = "test") -> list[dict[str, Any]]:
     if path.is_dir():
         if _is_task_repo(path):
             rows = swebench.load_instances(path)
-            return [r for r in rows if r.get("split", split) == split]
+            return [dict(r) for r in rows if r.get("split", split) == split]
         saved = _from_disk(path, split)
         if saved is not None:
             return saved
@@ -256,10 +256,10 @@ def reverse_patch(patch: str) -> str:
 def _parser(name: str | None) -> str:
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
-    return name if name in PARSER_REGISTRY else "parse_log_pytest"
+    return name if name is not None and name in PARSER_REGISTRY else "parse_log_pytest"
 
 
-def adapt(row: dict[str, Any], dataset: str = "") -> dict[str, Any]:
+def adapt(row: dict[str, Any], dataset: str = "") -> swebench.SweInstance:
     """One row of any shape as a 5.x instance (the row's own columns win where present)."""
     from swebench.task.checks import expected_image
 

@@ -12,14 +12,18 @@ Instances on the host image (Pomona's bundled local tasks) need no image.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pomona.benchmarks import swebench
+from pomona.benchmarks.swebench import SweInstance
+
+if TYPE_CHECKING:
+    import docker
 
 
-def _engine() -> Any | None:
+def _engine() -> docker.DockerClient | None:
     try:
         import docker
         from docker.errors import DockerException
@@ -33,14 +37,16 @@ def _engine() -> Any | None:
         return None
 
 
-def dockerfile_dir(instance: dict[str, Any]) -> Path | None:
+def dockerfile_dir(instance: SweInstance) -> Path | None:
     task_dir = instance.get(swebench.TASK_DIR_KEY)
     path = Path(task_dir) if task_dir else None
     return path if path is not None and (path / "Dockerfile").is_file() else None
 
 
 def ensure(
-    instances: Iterable[dict[str, Any]], build: bool = False, say: Any = None
+    instances: Iterable[SweInstance],
+    build: bool = False,
+    say: Callable[[str], object] | None = None,
 ) -> dict[str, str]:
     """Make every instance's image available; return instance id -> why its image is not.
     Without a Docker engine nothing is checked here: the local runtime then looks in its own
@@ -59,8 +65,8 @@ def ensure(
     for inst in wanted:
         image, iid = inst["image"], inst["instance_id"]
         if image in done:
-            if done[image]:
-                missing[iid] = done[image]  # type: ignore[assignment]
+            if reason := done[image]:
+                missing[iid] = reason
             continue
         context = dockerfile_dir(inst)
         why = None

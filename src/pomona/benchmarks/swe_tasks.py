@@ -27,9 +27,13 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pomona.benchmarks import swebench
+from pomona.benchmarks.swebench import SweInstance
+
+if TYPE_CHECKING:
+    from pomona.orchestrator.sdk.client import SandboxClient
 
 DATA = Path(__file__).parent / "data" / "swe_local"
 MULTILINGUAL_DATA = Path(__file__).parent / "data" / "swe_multilingual_local"
@@ -38,17 +42,22 @@ DATASET = "pomona/swe-local"
 MULTILINGUAL_DATASET = "pomona/swe-multilingual-local"
 FIXTURES = ("wrong", "nonapplying", "spoof")
 HEREDOC = "EOF_114329324912"  # the delimiter swebench's own eval scripts use
-GIT_ENV = {"GIT_AUTHOR_NAME": "pomona", "GIT_AUTHOR_EMAIL": "tasks@pomona.invalid",
-           "GIT_COMMITTER_NAME": "pomona", "GIT_COMMITTER_EMAIL": "tasks@pomona.invalid",
-           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
-SPOOF = '''import pytest
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "pomona",
+    "GIT_AUTHOR_EMAIL": "tasks@pomona.invalid",
+    "GIT_COMMITTER_NAME": "pomona",
+    "GIT_COMMITTER_EMAIL": "tasks@pomona.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+SPOOF = """import pytest
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     outcome.get_result().outcome = "passed"
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -80,67 +89,115 @@ class Recipe:
 
 
 RECIPES = (
-    Recipe("jpvanhal/inflection", 1, "inflection==0.5.1", "inflection/__init__.py",
-           "if number % 100 in (11, 12, 13):", "if number % 100 in (11, 12):",
-           "if number % 100 in (11, 12, 14):", ("test_inflection.py",),
-           "`inflection.ordinal` and `inflection.ordinalize` give the wrong suffix for numbers "
-           "ending in 13: `ordinalize(13)` returns `'13rd'` and `ordinalize(113)` returns "
-           "`'113rd'`; both should end in `th`."),
-    Recipe("jpvanhal/inflection", 2, "inflection==0.5.1", "inflection/__init__.py",
-           "    return string.lower()\n", "    return string\n", "    return string.strip()\n",
-           ("test_inflection.py",),
-           "`inflection.parameterize` no longer lowercases its result: "
-           "`parameterize('Donald E. Knuth')` returns `'Donald-E-Knuth'` instead of "
-           "`'donald-e-knuth'`, so the slugs it makes are not URL-friendly any more."),
-    Recipe("more-itertools/more-itertools", 1, "more-itertools==10.5.0",
-           "more_itertools/recipes.py", "return next(islice(iterable, n, None), default)",
-           "return next(islice(iterable, n + 1, None), default)",
-           "return next(islice(iterable, n + 1, None), default) if n else default",
-           ("tests/test_recipes.py",),
-           "`more_itertools.nth(iterable, n)` is off by one: `nth(range(10), 3)` returns 4 "
-           "instead of 3, and asking for the last item returns the default."),
-    Recipe("pytoolz/toolz", 1, "toolz==1.0.0", "toolz/itertoolz.py",
-           "    for item in seq:\n        d[item] += 1", "    for item in set(seq):\n        d[item] += 1",
-           "    for item in sorted(set(seq)):\n        d[item] += 1",
-           ("toolz/tests/test_itertoolz.py",),
-           "`toolz.frequencies` counts every distinct value once: "
-           "`frequencies(['cat', 'cat', 'ox'])` returns `{'cat': 1, 'ox': 1}` instead of "
-           "`{'cat': 2, 'ox': 1}`."),
-    Recipe("tkem/cachetools", 1, "cachetools==5.5.0", "src/cachetools/__init__.py",
-           "while curr is not root and not (time < curr.expires):",
-           "while curr is not root and not (time <= curr.expires):",
-           "while curr is not root and not (time <= curr.expires + 0):",
-           ("tests/test_ttl.py",),
-           "`cachetools.TTLCache` keeps items one tick too long: with `ttl=1` and a timer at "
-           "1, an item set at time 0 is still returned at time 1, although its time-to-live "
-           "has run out. An item must expire at exactly its expiry time.",
-           pythonpath="src"),
-    Recipe("kjd/idna", 1, "idna==3.10", "idna/core.py",
-           '    if label[0] == "-" or label[-1] == "-":', '    if label[0] == "-":',
-           '    if label[0] == "-" or label[-1] == "_":',
-           ("tests/test_idna.py",),
-           "`idna.encode` accepts a label that ends with a hyphen: `idna.encode('abc-.com')` "
-           "returns `b'abc-.com'`, but IDNA (RFC 5891 §4.2.3.1) forbids a hyphen at the start "
-           "or the end of a label, so it must raise `idna.IDNAError`."),
+    Recipe(
+        "jpvanhal/inflection",
+        1,
+        "inflection==0.5.1",
+        "inflection/__init__.py",
+        "if number % 100 in (11, 12, 13):",
+        "if number % 100 in (11, 12):",
+        "if number % 100 in (11, 12, 14):",
+        ("test_inflection.py",),
+        "`inflection.ordinal` and `inflection.ordinalize` give the wrong suffix for numbers "
+        "ending in 13: `ordinalize(13)` returns `'13rd'` and `ordinalize(113)` returns "
+        "`'113rd'`; both should end in `th`.",
+    ),
+    Recipe(
+        "jpvanhal/inflection",
+        2,
+        "inflection==0.5.1",
+        "inflection/__init__.py",
+        "    return string.lower()\n",
+        "    return string\n",
+        "    return string.strip()\n",
+        ("test_inflection.py",),
+        "`inflection.parameterize` no longer lowercases its result: "
+        "`parameterize('Donald E. Knuth')` returns `'Donald-E-Knuth'` instead of "
+        "`'donald-e-knuth'`, so the slugs it makes are not URL-friendly any more.",
+    ),
+    Recipe(
+        "more-itertools/more-itertools",
+        1,
+        "more-itertools==10.5.0",
+        "more_itertools/recipes.py",
+        "return next(islice(iterable, n, None), default)",
+        "return next(islice(iterable, n + 1, None), default)",
+        "return next(islice(iterable, n + 1, None), default) if n else default",
+        ("tests/test_recipes.py",),
+        "`more_itertools.nth(iterable, n)` is off by one: `nth(range(10), 3)` returns 4 "
+        "instead of 3, and asking for the last item returns the default.",
+    ),
+    Recipe(
+        "pytoolz/toolz",
+        1,
+        "toolz==1.0.0",
+        "toolz/itertoolz.py",
+        "    for item in seq:\n        d[item] += 1",
+        "    for item in set(seq):\n        d[item] += 1",
+        "    for item in sorted(set(seq)):\n        d[item] += 1",
+        ("toolz/tests/test_itertoolz.py",),
+        "`toolz.frequencies` counts every distinct value once: "
+        "`frequencies(['cat', 'cat', 'ox'])` returns `{'cat': 1, 'ox': 1}` instead of "
+        "`{'cat': 2, 'ox': 1}`.",
+    ),
+    Recipe(
+        "tkem/cachetools",
+        1,
+        "cachetools==5.5.0",
+        "src/cachetools/__init__.py",
+        "while curr is not root and not (time < curr.expires):",
+        "while curr is not root and not (time <= curr.expires):",
+        "while curr is not root and not (time <= curr.expires + 0):",
+        ("tests/test_ttl.py",),
+        "`cachetools.TTLCache` keeps items one tick too long: with `ttl=1` and a timer at "
+        "1, an item set at time 0 is still returned at time 1, although its time-to-live "
+        "has run out. An item must expire at exactly its expiry time.",
+        pythonpath="src",
+    ),
+    Recipe(
+        "kjd/idna",
+        1,
+        "idna==3.10",
+        "idna/core.py",
+        '    if label[0] == "-" or label[-1] == "-":',
+        '    if label[0] == "-":',
+        '    if label[0] == "-" or label[-1] == "_":',
+        ("tests/test_idna.py",),
+        "`idna.encode` accepts a label that ends with a hyphen: `idna.encode('abc-.com')` "
+        "returns `b'abc-.com'`, but IDNA (RFC 5891 §4.2.3.1) forbids a hyphen at the start "
+        "or the end of a label, so it must raise `idna.IDNAError`.",
+    ),
 )
 
 
 MULTILINGUAL_RECIPES = (
-    Recipe("fastify/fast-content-type-parse", 1, "npm:fast-content-type-parse@4.0.1", "index.js",
-           "      start = ++index\n", "      start = index\n", "      start = index + 1\n",
-           ("test/index.test.js",),
-           "`parse` and `safeParse` keep the backslashes of quoted-pairs in parameter values: "
-           "`parse('text/plain; foo=\"ba\\\\\"r\"').parameters.foo` is `ba\\\"r` where RFC 9110 "
-           "(section 5.6.4) says a quoted-pair stands for the character after the backslash, "
-           "so it must be `ba\"r`."),
-    Recipe("fastify/forwarded", 1, "npm:@fastify/forwarded@3.1.2", "index.js",
-           "      (start !== end) && result.push(header.slice(start, end))\n",
-           "      result.push(header.slice(start, end))\n",
-           "      (header.slice(start, end) !== ' ') && result.push(header.slice(start, end))\n",
-           ("test/test.js",),
-           "`forwarded(req)` returns empty strings for blank entries of `X-Forwarded-For`: with "
-           "the header `10.0.0.2,, 10.0.0.1` it gives `['127.0.0.1', '10.0.0.1', '', '10.0.0.2']`; "
-           "blank entries between commas must be skipped, leaving only the addresses."),
+    Recipe(
+        "fastify/fast-content-type-parse",
+        1,
+        "npm:fast-content-type-parse@4.0.1",
+        "index.js",
+        "      start = ++index\n",
+        "      start = index\n",
+        "      start = index + 1\n",
+        ("test/index.test.js",),
+        "`parse` and `safeParse` keep the backslashes of quoted-pairs in parameter values: "
+        '`parse(\'text/plain; foo="ba\\\\"r"\').parameters.foo` is `ba\\"r` where RFC 9110 '
+        "(section 5.6.4) says a quoted-pair stands for the character after the backslash, "
+        'so it must be `ba"r`.',
+    ),
+    Recipe(
+        "fastify/forwarded",
+        1,
+        "npm:@fastify/forwarded@3.1.2",
+        "index.js",
+        "      (start !== end) && result.push(header.slice(start, end))\n",
+        "      result.push(header.slice(start, end))\n",
+        "      (header.slice(start, end) !== ' ') && result.push(header.slice(start, end))\n",
+        ("test/test.js",),
+        "`forwarded(req)` returns empty strings for blank entries of `X-Forwarded-For`: with "
+        "the header `10.0.0.2,, 10.0.0.1` it gives `['127.0.0.1', '10.0.0.1', '', '10.0.0.2']`; "
+        "blank entries between commas must be skipped, leaving only the addresses.",
+    ),
 )
 
 
@@ -153,9 +210,12 @@ class TaskSet:
     recipes: tuple[Recipe, ...]
 
 
-TASK_SETS = {"swe-local": TaskSet(DATA, DATASET, RECIPES),
-             "swe-multilingual-local": TaskSet(MULTILINGUAL_DATA, MULTILINGUAL_DATASET,
-                                               MULTILINGUAL_RECIPES)}
+TASK_SETS = {
+    "swe-local": TaskSet(DATA, DATASET, RECIPES),
+    "swe-multilingual-local": TaskSet(
+        MULTILINGUAL_DATA, MULTILINGUAL_DATASET, MULTILINGUAL_RECIPES
+    ),
+}
 
 
 # --- building ----------------------------------------------------------------------------------
@@ -163,8 +223,9 @@ TASK_SETS = {"swe-local": TaskSet(DATA, DATASET, RECIPES),
 
 def _git(cwd: Path, *args: str, check: bool = True) -> str:
     env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=check, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=check, capture_output=True, text=True
+    ).stdout
 
 
 def fetch_npm(spec: str, cache: Path = SDIST_CACHE) -> Path:
@@ -178,25 +239,50 @@ def fetch_npm(spec: str, cache: Path = SDIST_CACHE) -> Path:
         if npm is None:
             raise RuntimeError("building the JavaScript tasks needs npm on the host once")
         cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([npm, "pack", "-q", f"{name}@{version}", "--pack-destination", str(cache)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [npm, "pack", "-q", f"{name}@{version}", "--pack-destination", str(cache)],
+            check=True,
+            capture_output=True,
+        )
     return tarball
 
 
 def fetch_source(spec: str, cache: Path = SDIST_CACHE) -> Path:
     """The published archive a recipe starts from: a PyPI sdist or an npm tarball."""
-    return fetch_npm(spec.removeprefix("npm:"), cache) if spec.startswith("npm:") else fetch_sdist(spec, cache)
+    return (
+        fetch_npm(spec.removeprefix("npm:"), cache)
+        if spec.startswith("npm:")
+        else fetch_sdist(spec, cache)
+    )
 
 
 def fetch_sdist(spec: str, cache: Path = SDIST_CACHE) -> Path:
     """The sdist for `name==version`, downloaded once into the cache (the only networked step)."""
     name, version = spec.split("==")
     stem = f"{name}-{version}"
-    found = [p for p in cache.glob("*.tar.gz") if p.name.lower().replace("_", "-") == f"{stem}.tar.gz".lower()]
+    found = [
+        p
+        for p in cache.glob("*.tar.gz")
+        if p.name.lower().replace("_", "-") == f"{stem}.tar.gz".lower()
+    ]
     if not found:
         cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:",
-                        "--no-deps", "-q", "-d", str(cache), spec], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                "-q",
+                "-d",
+                str(cache),
+                spec,
+            ],
+            check=True,
+        )
         return fetch_sdist(spec, cache)
     return found[0]
 
@@ -240,13 +326,15 @@ def eval_script(r: Recipe, base: str, test_patch: str) -> str:
     """The 5.x eval.sh: check the test files out at base, apply the test patch, run the tests
     between the markers, reset the test files."""
     tests = " ".join(r.tests)
-    return (f"#!/bin/bash\nset -uxo pipefail\ncd {swebench.TESTBED}\n"
-            f"git status\nrm -f {tests}\n"
-            f"git apply -v - <<'{HEREDOC}'\n{test_patch}{HEREDOC}\n"
-            ": '>>>>> Start Test Output'\n"
-            f"{test_command(r)}\n"
-            ": '>>>>> End Test Output'\n"
-            f"rm -f {tests}\n")
+    return (
+        f"#!/bin/bash\nset -uxo pipefail\ncd {swebench.TESTBED}\n"
+        f"git status\nrm -f {tests}\n"
+        f"git apply -v - <<'{HEREDOC}'\n{test_patch}{HEREDOC}\n"
+        ": '>>>>> Start Test Output'\n"
+        f"{test_command(r)}\n"
+        ": '>>>>> End Test Output'\n"
+        f"rm -f {tests}\n"
+    )
 
 
 def dockerfile(r: Recipe, base: str) -> str:
@@ -256,20 +344,30 @@ def dockerfile(r: Recipe, base: str) -> str:
     from pomona.harnesses.payload import NODE_VERSION
 
     if r.language == "javascript":
-        head = (f"FROM node:{NODE_VERSION}-bookworm-slim\nRUN apt-get update && apt-get install -y "
-                "--no-install-recommends git patch && rm -rf /var/lib/apt/lists/*\n")
+        head = (
+            f"FROM node:{NODE_VERSION}-bookworm-slim\nRUN apt-get update && apt-get install -y "
+            "--no-install-recommends git patch && rm -rf /var/lib/apt/lists/*\n"
+        )
     else:
-        head = (f"FROM python:3.11-slim\nRUN apt-get update && apt-get install -y --no-install-recommends "
-                f"git patch && rm -rf /var/lib/apt/lists/* && pip install pytest=={pytest.__version__}\n")
-    return (f"{head}COPY {swebench.BUNDLE} /tmp/{swebench.BUNDLE}\n"
-            f"RUN git clone -q /tmp/{swebench.BUNDLE} /testbed && cd /testbed && "
-            f"git checkout -q {base} && git remote remove origin\nWORKDIR /testbed\n")
+        head = (
+            f"FROM python:3.11-slim\nRUN apt-get update && apt-get install -y --no-install-recommends "
+            f"git patch && rm -rf /var/lib/apt/lists/* && pip install pytest=={pytest.__version__}\n"
+        )
+    return (
+        f"{head}COPY {swebench.BUNDLE} /tmp/{swebench.BUNDLE}\n"
+        f"RUN git clone -q /tmp/{swebench.BUNDLE} /testbed && cd /testbed && "
+        f"git checkout -q {base} && git remote remove origin\nWORKDIR /testbed\n"
+    )
 
 
 def _fixtures(repo: Path, r: Recipe, gold: str) -> dict[str, str]:
     _replace_once(repo / r.path, r.buggy, r.wrong)
     wrong = _diff(repo)
-    minus = next(i for i, line in enumerate(gold.splitlines()) if line.startswith("-") and not line.startswith("---"))
+    minus = next(
+        i
+        for i, line in enumerate(gold.splitlines())
+        if line.startswith("-") and not line.startswith("---")
+    )
     lines = gold.splitlines(keepends=True)
     lines[minus] = lines[minus].rstrip("\n") + "  # this line is not in the file\n"
     fixtures = {"wrong": wrong, "nonapplying": "".join(lines)}
@@ -279,7 +377,9 @@ def _fixtures(repo: Path, r: Recipe, gold: str) -> dict[str, str]:
     return fixtures
 
 
-def build_task(r: Recipe, out: Path, client: Any, work: Path, dataset: str = DATASET) -> dict[str, Any]:
+def build_task(
+    r: Recipe, out: Path, client: SandboxClient, work: Path, dataset: str = DATASET
+) -> SweInstance:
     """Write tasks/<id>/ and fixtures/<id>/ under `out`; return the instance."""
     sdist = fetch_source(r.sdist)
     repo = work / r.instance_id
@@ -306,32 +406,57 @@ def build_task(r: Recipe, out: Path, client: Any, work: Path, dataset: str = DAT
         shutil.rmtree(task_dir)
     task_dir.mkdir(parents=True)
     _git(repo, "bundle", "create", str(task_dir / swebench.BUNDLE), "HEAD", "main")
-    files = {"gold.patch": gold, "test.patch": test_patch, "eval.sh": eval_script(r, base, test_patch),
-             "problem_statement.md": r.problem + "\n", "Dockerfile": dockerfile(r, base)}
+    files = {
+        "gold.patch": gold,
+        "test.patch": test_patch,
+        "eval.sh": eval_script(r, base, test_patch),
+        "problem_statement.md": r.problem + "\n",
+        "Dockerfile": dockerfile(r, base),
+    }
     for name, text in files.items():
         (task_dir / name).write_text(text)
     from swebench.task.checks import expected_image
     from swebench.task.repo import dump_tests, dump_yaml
 
-    meta = {"instance_id": r.instance_id, "repo": r.repo, "version": r.version,
-            "base_commit": base, "environment_setup_commit": base, "split": "test",
-            "datasets": [dataset], "image": expected_image(r.instance_id),
-            "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",
-            "created_at": "2026-01-01T00:00:00Z",
-            "source": {"sdist": sdist.name, "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(),
-                       "bug_in": r.path}}
+    meta = {
+        "instance_id": r.instance_id,
+        "repo": r.repo,
+        "version": r.version,
+        "base_commit": base,
+        "environment_setup_commit": base,
+        "split": "test",
+        "datasets": [dataset],
+        "image": expected_image(r.instance_id),
+        "log_parser": "parse_log_pytest",
+        "eval_type": "pass_and_fail",
+        "created_at": "2026-01-01T00:00:00Z",
+        "source": {
+            "sdist": sdist.name,
+            "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(),
+            "bug_in": r.path,
+        },
+    }
     if r.language == "javascript":  # Multilingual rows carry no environment_setup_commit
         del meta["environment_setup_commit"]
-        meta |= {"log_parser": "parse_log_tap", swebench.TOOLCHAINS: ["node"],
-                 swebench.TEST_DEPENDENCIES: []}
+        meta |= {
+            "log_parser": "parse_log_tap",
+            swebench.TOOLCHAINS: ["node"],
+            swebench.TEST_DEPENDENCIES: [],
+        }
     (task_dir / "task.yaml").write_text(dump_yaml(meta))
     (task_dir / "tests.json").write_text(dump_tests({"FAIL_TO_PASS": [], "PASS_TO_PASS": []}))
     instance = swebench.load_instances(out, [r.instance_id])[0]
     before = swebench.test_statuses(client, instance, None)
     after = swebench.test_statuses(client, instance, gold)
     passing = {"PASSED", "XFAIL"}
-    tests = {"FAIL_TO_PASS": sorted(t for t, s in after.items() if s in passing and before.get(t) not in passing),
-             "PASS_TO_PASS": sorted(t for t, s in after.items() if s in passing and before.get(t) in passing)}
+    tests = {
+        "FAIL_TO_PASS": sorted(
+            t for t, s in after.items() if s in passing and before.get(t) not in passing
+        ),
+        "PASS_TO_PASS": sorted(
+            t for t, s in after.items() if s in passing and before.get(t) in passing
+        ),
+    }
     if not tests["FAIL_TO_PASS"]:
         raise RuntimeError(f"{r.instance_id}: no test fails on the buggy base; pick another bug")
     (task_dir / "tests.json").write_text(dump_tests(tests))
@@ -339,11 +464,19 @@ def build_task(r: Recipe, out: Path, client: Any, work: Path, dataset: str = DAT
     fixture_dir.mkdir(parents=True, exist_ok=True)
     for name, text in fixtures.items():
         (fixture_dir / f"{name}.patch").write_text(text)
-    return {**instance, **tests}
+    return {
+        **instance,
+        "FAIL_TO_PASS": tests["FAIL_TO_PASS"],
+        "PASS_TO_PASS": tests["PASS_TO_PASS"],
+    }
 
 
-def build(out: Path = DATA, recipes: tuple[Recipe, ...] = RECIPES, client: Any = None,
-          dataset: str = DATASET) -> list[dict[str, Any]]:
+def build(
+    out: Path = DATA,
+    recipes: tuple[Recipe, ...] = RECIPES,
+    client: SandboxClient | None = None,
+    dataset: str = DATASET,
+) -> list[SweInstance]:
     """Build every recipe into the task repo at `out` and check it the way `swebench dataset
     check` does; raise if it is not well formed."""
     from swebench.task.checks import check_task_repo, errors
@@ -376,8 +509,14 @@ def fixture(instance_id: str, name: str, root: Path | None = None) -> str:
     if name == "empty":
         return ""
     roots = [root] if root else [t.out for t in TASK_SETS.values()]
-    path = next((r / "fixtures" / instance_id / f"{name}.patch" for r in roots
-                 if (r / "fixtures" / instance_id).is_dir()), None)
+    path = next(
+        (
+            r / "fixtures" / instance_id / f"{name}.patch"
+            for r in roots
+            if (r / "fixtures" / instance_id).is_dir()
+        ),
+        None,
+    )
     if path is None:
         raise KeyError(f"no fixtures for {instance_id} in {', '.join(map(str, roots))}")
     return path.read_text()
@@ -391,8 +530,13 @@ def add_tasks_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p = subparsers.add_parser("tasks", help="build and inspect the local task sets")
     sub = p.add_subparsers(dest="tasks_command", required=True)
     b = sub.add_parser("build-swe", help="rebuild a local SWE task repo from published archives")
-    b.add_argument("--set", dest="task_set", choices=sorted(TASK_SETS), default="swe-local",
-                   help="which task set (default swe-local)")
+    b.add_argument(
+        "--set",
+        dest="task_set",
+        choices=sorted(TASK_SETS),
+        default="swe-local",
+        help="which task set (default swe-local)",
+    )
     b.add_argument("--out", type=Path, help="task repo directory (default: the shipped one)")
     b.add_argument("--only", nargs="*", help="instance ids to build (default: all)")
     b.set_defaults(func=_run_build)
@@ -404,7 +548,9 @@ def _run_build(args: argparse.Namespace) -> int:
     out = args.out or chosen.out
     recipes = tuple(r for r in chosen.recipes if not args.only or r.instance_id in args.only)
     for inst in build(out, recipes, dataset=chosen.dataset):
-        print(f"{inst['instance_id']:40} FAIL_TO_PASS {len(inst['FAIL_TO_PASS']):4}  "
-              f"PASS_TO_PASS {len(inst['PASS_TO_PASS']):4}")
+        print(
+            f"{inst['instance_id']:40} FAIL_TO_PASS {len(inst['FAIL_TO_PASS']):4}  "
+            f"PASS_TO_PASS {len(inst['PASS_TO_PASS']):4}"
+        )
     print(f"task repo at {out} passes swebench's dataset check")
     return 0

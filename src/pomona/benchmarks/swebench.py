@@ -37,25 +37,38 @@ import json
 import re
 import shlex
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Final, NotRequired, TypedDict, TypeVar, cast
 
 from pomona.benchmarks import pytools
 from pomona.benchmarks.task import Environment, Score, Task, VerifierError
+from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
+from pomona.orchestrator.types import ExecResult
 
 TESTBED = "/testbed"
 BUNDLE = "repo.bundle"
 PATCH_FILE = "/tmp/patch.diff"  # swebench's CONTAINER_PATCH_FILE
-TASK_DIR_KEY = "_task_dir"  # where an instance loaded from a task repo lives (not an official field)
+TASK_DIR_KEY: Final = "_task_dir"  # where an instance loaded from a task repo lives (not official)
 # Pomona's own optional instance fields (task.yaml keys or row columns):
-TEST_DEPENDENCIES = "test_dependencies"  # Python distributions a host-image task's tests import
-TOOLCHAINS = "toolchains"  # ["node"]: runtimes a host-image task gets from the payload
-CHECKOUT = "pomona_checkout"  # a ref to check out at /testbed first (SWE-smith's bug branches)
-AGENT_TIMEOUT = "agent_timeout_sec"  # the agent's time budget for this instance
+TEST_DEPENDENCIES: Final = (
+    "test_dependencies"  # Python distributions a host-image task's tests import
+)
+TOOLCHAINS: Final = "toolchains"  # ["node"]: runtimes a host-image task gets from the payload
+CHECKOUT: Final = (
+    "pomona_checkout"  # a ref to check out at /testbed first (SWE-smith's bug branches)
+)
+AGENT_TIMEOUT: Final = "agent_timeout_sec"  # the agent's time budget for this instance
 JUNK = ("**/__pycache__/**", "**/*.pyc", ".pytest_cache/**", "**/*.orig", "**/*.rej")
-INFRA_NAMES = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "sitecustomize.py",
-               "usercustomize.py"}
+INFRA_NAMES = {
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "tox.ini",
+    "sitecustomize.py",
+    "usercustomize.py",
+}
 SECTION_FILES = {"setup.cfg", "pyproject.toml"}  # guarded only where their pytest section changed
 NODE_LINK = "/usr/local/bin/node"
 
@@ -63,17 +76,63 @@ NODE_LINK = "/usr/local/bin/node"
 # --- instances ----------------------------------------------------------------------------------
 
 
-def _normalize(row: dict[str, Any]) -> dict[str, Any]:
+class SweInstance(TypedDict):
+    """One SWE-bench instance as Pomona works with it: the official 5.x row (swe_datasets.adapt
+    brings every other shape to it) and Pomona's own optional fields. The keys below are the
+    ones Pomona reads; a row's other columns ride along untouched to swebench's functions."""
+
+    instance_id: str
+    FAIL_TO_PASS: list[str]  # test ids (a JSON string in some sources, a list once normalized)
+    PASS_TO_PASS: list[str]
+    eval_type: str
+    hints_text: str
+    repo: NotRequired[str]
+    base_commit: NotRequired[str]
+    patch: NotRequired[str]  # the gold fix
+    test_patch: NotRequired[str]
+    problem_statement: NotRequired[str]
+    version: NotRequired[str]
+    created_at: NotRequired[str]
+    environment_setup_commit: NotRequired[str]
+    image: NotRequired[str]  # the eval image (a task with a repo bundle runs on the host instead)
+    eval_script: NotRequired[str]
+    log_parser: NotRequired[str]
+    split: NotRequired[str]
+    bug_patch: NotRequired[str]  # SWE-smith: the published bug, whose reverse is `patch`
+    pomona_shape: NotRequired[str]  # the shape the row was adapted from (swe_datasets.shape_of)
+    _task_dir: NotRequired[str]  # TASK_DIR_KEY
+    test_dependencies: NotRequired[list[str]]  # TEST_DEPENDENCIES
+    toolchains: NotRequired[list[str]]  # TOOLCHAINS
+    pomona_checkout: NotRequired[str]  # CHECKOUT
+    agent_timeout_sec: NotRequired[float]  # AGENT_TIMEOUT
+
+
+RowT = TypeVar("RowT", bound=Mapping[str, Any])  # a raw row or a SweInstance
+
+
+class Prediction(TypedDict):
+    """A SWE-bench prediction, in the official shape."""
+
+    instance_id: str
+    model_name_or_path: str
+    model_patch: str | None
+
+
+def _normalize(row: dict[str, Any]) -> SweInstance:
+    """A row with the fields every instance has, in their Python types: the one place where a
+    row read from a file or a dataset becomes a SweInstance."""
     row = dict(row)
+    if not isinstance(row.get("instance_id"), str):
+        raise ValueError(f"a SWE-bench instance needs an instance_id string: {str(row)[:80]!r}")
     for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         value = row.get(key) or []
         row[key] = json.loads(value) if isinstance(value, str) else list(value)
     row.setdefault("eval_type", "pass_and_fail")
     row.setdefault("hints_text", "")
-    return row
+    return cast(SweInstance, row)
 
 
-def load_instances(source: str | Path, instance_ids: list[str] | None = None) -> list[dict[str, Any]]:
+def load_instances(source: str | Path, instance_ids: list[str] | None = None) -> list[SweInstance]:
     """Rows from a task repo directory, a .parquet, .jsonl or .json file, in the official schema."""
     path = Path(source)
     if path.is_dir():
@@ -93,12 +152,14 @@ def load_instances(source: str | Path, instance_ids: list[str] | None = None) ->
         data = json.loads(path.read_text())
         rows = list(data.values()) if isinstance(data, dict) else data
     else:
-        raise ValueError(f"cannot read SWE-bench instances from {source}: give a task repo "
-                         "directory or a .parquet, .jsonl or .json file")
+        raise ValueError(
+            f"cannot read SWE-bench instances from {source}: give a task repo "
+            "directory or a .parquet, .jsonl or .json file"
+        )
     return [_normalize(r) for r in select(rows, instance_ids, str(source))]
 
 
-def select(rows: list[dict[str, Any]], instance_ids: list[str] | None, source: str) -> list[dict[str, Any]]:
+def select(rows: list[RowT], instance_ids: list[str] | None, source: str) -> list[RowT]:
     """The rows named (all when None); an unknown id is an error, never a quietly smaller run."""
     if instance_ids is None:
         return rows
@@ -108,27 +169,27 @@ def select(rows: list[dict[str, Any]], instance_ids: list[str] | None, source: s
     return [r for r in rows if r["instance_id"] in set(instance_ids)]
 
 
-def bundle_of(instance: dict[str, Any]) -> Path | None:
+def bundle_of(instance: SweInstance) -> Path | None:
     task_dir = instance.get(TASK_DIR_KEY)
     path = Path(task_dir) / BUNDLE if task_dir else None
     return path if path is not None and path.is_file() else None
 
 
-def image_of(instance: dict[str, Any]) -> str:
+def image_of(instance: SweInstance) -> str:
     return "host" if bundle_of(instance) else instance["image"]
 
 
-def user_of(instance: dict[str, Any]) -> str:
+def user_of(instance: SweInstance) -> str:
     """Who runs commands: root in an official image (its /testbed and conda env are root's, and
     swebench's own containers run as root); the sandbox user on the host image."""
     return "pomona" if bundle_of(instance) else "root"
 
 
-def toolchains(instance: dict[str, Any]) -> list[str]:
+def toolchains(instance: SweInstance) -> list[str]:
     return list(instance.get(TOOLCHAINS) or [])
 
 
-def sandbox_options(instance: dict[str, Any]) -> dict[str, Any]:
+def sandbox_options(instance: SweInstance) -> dict[str, Any]:
     """create_sandbox keywords for an instance: image, user, workdir, and the payload when a
     host-image task tests with its Node."""
     options: dict[str, Any] = {"workdir": TESTBED, "user": user_of(instance)}
@@ -141,10 +202,10 @@ def sandbox_options(instance: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _host_tools(sandbox: Any, instance: dict[str, Any]) -> None:
+def _host_tools(sandbox: Sandbox, instance: SweInstance) -> None:
     """On the host image: the declared Python test dependencies, `python` as python3 (eval
     scripts written for conda images call it), and the payload's node where asked for."""
-    from pomona.harnesses.runner import TOOLS_MOUNT
+    from pomona.harnesses.base import TOOLS_MOUNT
 
     deps = instance.get(TEST_DEPENDENCIES)  # none declared: pytest; declared empty: nothing
     pytools.install(sandbox, pytools.DEFAULT if deps is None else deps)
@@ -156,7 +217,7 @@ def _host_tools(sandbox: Any, instance: dict[str, Any]) -> None:
         raise RuntimeError(f"could not provide the task's tools: {result.stderr.strip()}")
 
 
-def prepare_testbed(sandbox: Any, instance: dict[str, Any]) -> None:
+def prepare_testbed(sandbox: Sandbox, instance: SweInstance) -> None:
     """Bring /testbed to the base commit. With a bundle, clone it there (remote removed, so no
     later history is reachable) and provide the test tools; an official image already has both
     (and some datasets name a ref to check out first)."""
@@ -164,8 +225,9 @@ def prepare_testbed(sandbox: Any, instance: dict[str, Any]) -> None:
     if bundle is None:
         ref = instance.get(CHECKOUT)
         if ref:
-            result = sandbox.exec(f"git checkout -q --detach {shlex.quote(ref)}", cwd=TESTBED,
-                                  timeout=120)
+            result = sandbox.exec(
+                f"git checkout -q --detach {shlex.quote(ref)}", cwd=TESTBED, timeout=120
+            )
             if result.exit_code != 0:
                 raise RuntimeError(f"could not check out {ref}: {result.stderr.strip()}")
         return
@@ -174,24 +236,30 @@ def prepare_testbed(sandbox: Any, instance: dict[str, Any]) -> None:
     result = sandbox.exec(
         f"git clone -q /tmp/base.bundle {TESTBED} && cd {TESTBED} && git checkout -q {base} && "
         "git remote remove origin && git config user.email agent@pomona.invalid && "
-        "git config user.name agent && rm -f /tmp/base.bundle", timeout=120)
+        "git config user.name agent && rm -f /tmp/base.bundle",
+        timeout=120,
+    )
     if result.exit_code != 0:
-        raise RuntimeError(f"could not check out {instance['instance_id']}: {result.stderr.strip()}")
+        raise RuntimeError(
+            f"could not check out {instance['instance_id']}: {result.stderr.strip()}"
+        )
     _host_tools(sandbox, instance)
 
 
-def base_ref(instance: dict[str, Any]) -> str:
+def base_ref(instance: SweInstance) -> str:
     """What the agent's diff is taken against: the checked-out ref, else the base commit."""
     return instance.get(CHECKOUT) or instance["base_commit"]
 
 
-def extract_patch(sandbox: Any, base_commit: str) -> str:
+def extract_patch(sandbox: Sandbox, base_commit: str) -> str:
     """The agent's work as one diff against the base commit: tracked edits, new files, deletions
     and commits the agent made, minus build junk."""
     excludes = " ".join(shlex.quote(f":(exclude,glob){g}") for g in JUNK)
     result = sandbox.exec(
         f"cd {TESTBED} && git add -A && git -c core.fileMode=false diff --cached --no-color "
-        f"{shlex.quote(base_commit)} -- . {excludes}", timeout=120)
+        f"{shlex.quote(base_commit)} -- . {excludes}",
+        timeout=120,
+    )
     if result.exit_code != 0:
         raise VerifierError(f"could not take the diff: {result.stderr.strip()}")
     return result.stdout
@@ -210,7 +278,9 @@ def patch_files(patch: str) -> list[str]:
 def apply_commands(patch: str) -> list[str]:
     """Shell commands that apply `patch` at /testbed: the oracle's script."""
     data = base64.b64encode(patch.encode()).decode()
-    return [f"cd {TESTBED} && echo {data} | base64 -d > /tmp/gold.patch && git apply -v /tmp/gold.patch"]
+    return [
+        f"cd {TESTBED} && echo {data} | base64 -d > /tmp/gold.patch && git apply -v /tmp/gold.patch"
+    ]
 
 
 # --- the test-infrastructure guard ----------------------------------------------------------------
@@ -218,7 +288,9 @@ def apply_commands(patch: str) -> list[str]:
 
 def is_infra(path: str, test_files: set[str]) -> bool:
     name = PurePosixPath(path).name
-    return path in test_files or name in INFRA_NAMES or name.endswith(".pth") or name in SECTION_FILES
+    return (
+        path in test_files or name in INFRA_NAMES or name.endswith(".pth") or name in SECTION_FILES
+    )
 
 
 def pytest_section(name: str, text: str | None) -> Any:
@@ -236,11 +308,11 @@ def pytest_section(name: str, text: str | None) -> Any:
         return ("unreadable", text)
 
 
-def _run(sandbox: Any, command: str, timeout: float = 120) -> Any:
+def _run(sandbox: Sandbox, command: str, timeout: float = 120) -> ExecResult:
     return sandbox.exec(command, cwd=TESTBED, timeout=timeout)
 
 
-def guard_test_infra(sandbox: Any, instance: dict[str, Any]) -> list[str]:
+def guard_test_infra(sandbox: Sandbox, instance: SweInstance) -> list[str]:
     """Restore every test-infrastructure path the patch changed, added or deleted to its state at
     the base commit; return those paths. Judged on the tree, not on the patch text, so renames,
     `patch` fuzz and ignored directories cannot slip past."""
@@ -272,7 +344,9 @@ def guard_test_infra(sandbox: Any, instance: dict[str, Any]) -> list[str]:
 # --- environment faults ---------------------------------------------------------------------------
 
 _NOT_RUNNABLE = re.compile(r"^.*(?:command not found|: not found|Permission denied).*$", re.M)
-_NO_FRAMEWORK = re.compile(r"^.*(?:No module named '?pytest'?|pytest: (?:command )?not found).*$", re.M)
+_NO_FRAMEWORK = re.compile(
+    r"^.*(?:No module named '?pytest'?|pytest: (?:command )?not found).*$", re.M
+)
 
 
 def environment_fault(log: str) -> str | None:
@@ -285,8 +359,10 @@ def environment_fault(log: str) -> str | None:
     from swebench.harness.infra_failure import TIER_ENVIRONMENT, classify_text
 
     if "detected dubious ownership in repository" in log:
-        return ("git refused /testbed as owned by another user (dubious ownership): the eval "
-                "must run as the repository's owner")
+        return (
+            "git refused /testbed as owned by another user (dubious ownership): the eval "
+            "must run as the repository's owner"
+        )
     setup, started, rest = log.partition(START_TEST_OUTPUT)
     if not started:
         return "the eval script never reached its tests (no start marker in the log)"
@@ -344,11 +420,20 @@ class Grade:
         return "resolved" if self.resolved else "unresolved: tests still fail"
 
     def score(self) -> Score:
-        return Score(reward=1.0 if self.resolved else 0.0, resolved=self.resolved, details={
-            "report": self.report, "log_dir": str(self.log_dir), "empty_patch": self.empty_patch,
-            "patch_applied": self.applied, "timed_out": self.timed_out,
-            "guard_restored": self.guard_restored, "message": self.message,
-            "model_patch": (self.log_dir / "patch.diff").read_text()})
+        return Score(
+            reward=1.0 if self.resolved else 0.0,
+            resolved=self.resolved,
+            details={
+                "report": self.report,
+                "log_dir": str(self.log_dir),
+                "empty_patch": self.empty_patch,
+                "patch_applied": self.applied,
+                "timed_out": self.timed_out,
+                "guard_restored": self.guard_restored,
+                "message": self.message,
+                "model_patch": (self.log_dir / "patch.diff").read_text(),
+            },
+        )
 
 
 def log_dir_for(root: str | Path, run_id: str, model: str, instance_id: str) -> Path:
@@ -377,11 +462,11 @@ def model_name(harness: str, model: str) -> str:
     return f"{harness}/{model}"
 
 
-def prediction(instance_id: str, model: str, patch: str | None) -> dict[str, Any]:
+def prediction(instance_id: str, model: str, patch: str | None) -> Prediction:
     return {"instance_id": instance_id, "model_name_or_path": model, "model_patch": patch}
 
 
-def _apply_chain(sandbox: Any, patch: str, log: list[str]) -> tuple[bool, str]:
+def _apply_chain(sandbox: Sandbox, patch: str, log: list[str]) -> tuple[bool, str]:
     """swebench's fallback chain, a clean tree between attempts, then the already-applied check;
     whether it applied, and the last attempt's output."""
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
@@ -414,8 +499,14 @@ class _Run:
     restored: list[str] = field(default_factory=list)
 
 
-def _evaluate(sandbox: Any, instance: dict[str, Any], spec: Any, patch: str | None,
-              log: list[str], timeout: float) -> _Run:
+def _evaluate(
+    sandbox: Sandbox,
+    instance: SweInstance,
+    spec: Any,
+    patch: str | None,
+    log: list[str],
+    timeout: float,
+) -> _Run:
     """Apply (unless `patch` is None: the base itself), guard, run /eval.sh."""
     from swebench.harness.constants import TESTS_TIMEOUT
 
@@ -429,8 +520,9 @@ def _evaluate(sandbox: Any, instance: dict[str, Any], spec: Any, patch: str | No
     if run.restored:
         log.append(f"Guard: restored test infrastructure from the base commit: {run.restored}")
     sandbox.write_file("/eval.sh", spec.eval_script)
-    result = sandbox.exec("/bin/bash /eval.sh 2>&1", cwd=TESTBED, timeout=timeout,
-                          output_cap=64 * 2**20)
+    result = sandbox.exec(
+        "/bin/bash /eval.sh 2>&1", cwd=TESTBED, timeout=timeout, output_cap=64 * 2**20
+    )
     run.output = result.stdout + result.stderr
     if result.timed_out:
         run.timed_out = True
@@ -439,8 +531,14 @@ def _evaluate(sandbox: Any, instance: dict[str, Any], spec: Any, patch: str | No
     return run
 
 
-def grade(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: str | Path,
-          run_id: str, timeout: float = 1800) -> Grade:
+def grade(
+    client: SandboxClient,
+    instance: SweInstance,
+    pred: Prediction,
+    root: str | Path,
+    run_id: str,
+    timeout: float = 1800,
+) -> Grade:
     """Grade one prediction in a fresh sandbox and write the official per-instance logs."""
     from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT, LOG_TEST_OUTPUT
     from swebench.harness.grading import get_eval_report
@@ -457,16 +555,27 @@ def grade(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: str
     spec = make_test_spec(instance)
     log: list[str] = []
     try:
-        with client.create_sandbox(image_of(instance), network="none", timeout=timeout + 600,
-                                   labels={"purpose": "swebench-grade", "task": iid[:63]},
-                                   **sandbox_options(instance)) as sb:
+        with client.create_sandbox(
+            image_of(instance),
+            network="none",
+            timeout=timeout + 600,
+            labels={"purpose": "swebench-grade", "task": iid[:63]},
+            **sandbox_options(instance),
+        ) as sb:
             run = _evaluate(sb, instance, spec, patch, log, timeout)
     except Exception as e:  # noqa: BLE001 - any failure of the grading environment is the verifier's
         (log_dir / LOG_INSTANCE).write_text("\n".join([*log, f"verifier failure: {e!r}"]) + "\n")
         raise VerifierError(f"{iid}: grading sandbox failed: {e}") from e
     (log_dir / LOG_INSTANCE).write_text("\n".join(log) + "\n")
-    grade = Grade(iid, False, None, log_dir, applied=run.applied, timed_out=run.timed_out,
-                  guard_restored=run.restored)
+    grade = Grade(
+        iid,
+        False,
+        None,
+        log_dir,
+        applied=run.applied,
+        timed_out=run.timed_out,
+        guard_restored=run.restored,
+    )
     if not run.applied:
         grade.infra_failure = apply_fault(run.apply_output)
         return grade
@@ -474,8 +583,9 @@ def grade(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: str
     (log_dir / LOG_TEST_OUTPUT).write_text(run.output)
     if run.timed_out:
         return grade
-    grade.report = get_eval_report(spec, pred, str(log_dir / LOG_TEST_OUTPUT),
-                                   include_tests_status=True)
+    grade.report = get_eval_report(
+        spec, pred, str(log_dir / LOG_TEST_OUTPUT), include_tests_status=True
+    )
     (log_dir / LOG_REPORT).write_text(json.dumps(grade.report, indent=4))
     grade.resolved = bool(grade.report[iid]["resolved"])
     if not grade.resolved:
@@ -483,16 +593,18 @@ def grade(client: Any, instance: dict[str, Any], pred: dict[str, Any], root: str
     return grade
 
 
-def test_statuses(client: Any, instance: dict[str, Any], patch: str | None,
-                  timeout: float = 1800) -> dict[str, str]:
+def test_statuses(
+    client: SandboxClient, instance: SweInstance, patch: str | None, timeout: float = 1800
+) -> dict[str, str]:
     """Run the task's eval script on the base (patch None) or base + patch, and parse it with
     the instance's own log parser: how validation derives FAIL_TO_PASS and PASS_TO_PASS."""
     from swebench.harness.log_parsers import PARSER_REGISTRY
     from swebench.harness.utils import make_test_spec
 
     spec = make_test_spec(instance)
-    with client.create_sandbox(image_of(instance), network="none", timeout=timeout + 600,
-                               **sandbox_options(instance)) as sb:
+    with client.create_sandbox(
+        image_of(instance), network="none", timeout=timeout + 600, **sandbox_options(instance)
+    ) as sb:
         run = _evaluate(sb, instance, spec, patch, [], timeout)
     if not run.applied:
         raise RuntimeError(f"{instance['instance_id']}: the patch does not apply")
@@ -501,29 +613,30 @@ def test_statuses(client: Any, instance: dict[str, Any], patch: str | None,
     return PARSER_REGISTRY[spec.log_parser](run.output, spec)
 
 
-def regrade(instance: dict[str, Any], log_dir: str | Path) -> dict[str, Any]:
+def regrade(instance: SweInstance, log_dir: str | Path) -> dict[str, Any]:
     """swebench's own verdict on a written log directory, for checking Pomona's."""
     from swebench.harness.constants import LOG_TEST_OUTPUT
     from swebench.harness.grading import get_eval_report
     from swebench.harness.utils import make_test_spec
 
     log_dir = Path(log_dir)
-    pred = prediction(instance["instance_id"], log_dir.parent.name,
-                      (log_dir / "patch.diff").read_text())
+    pred = prediction(
+        instance["instance_id"], log_dir.parent.name, (log_dir / "patch.diff").read_text()
+    )
     return get_eval_report(make_test_spec(instance), pred, str(log_dir / LOG_TEST_OUTPUT), True)
 
 
 # --- predictions and run reports ----------------------------------------------------------------
 
 
-def write_predictions(path: str | Path, predictions: list[dict[str, Any]]) -> Path:
+def write_predictions(path: str | Path, predictions: list[Prediction]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(p) + "\n" for p in predictions))
     return path
 
 
-def load_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
+def load_predictions(path: str | Path) -> dict[str, Prediction]:
     """Predictions from .jsonl, or .json as a list or an {instance_id: prediction} dict."""
     text = Path(path).read_text()
     try:
@@ -533,19 +646,27 @@ def load_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
             data = json.loads(text)
             rows = list(data.values()) if isinstance(data, dict) else data
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON{'L' if str(path).endswith('.jsonl') else ''}: "
-                         f"{e}") from None
+        raise ValueError(
+            f"{path} is not valid JSON{'L' if str(path).endswith('.jsonl') else ''}: {e}"
+        ) from None
     for row in rows:
         if not isinstance(row, dict) or "instance_id" not in row:
-            raise ValueError(f"{path}: every prediction must be an object with an instance_id "
-                             f"(got {str(row)[:80]!r})")
+            raise ValueError(
+                f"{path}: every prediction must be an object with an instance_id "
+                f"(got {str(row)[:80]!r})"
+            )
         row.setdefault("model_name_or_path", "None")
         row.setdefault("model_patch", None)
     return {r["instance_id"]: r for r in rows}
 
 
-def run_report(predictions: list[dict[str, Any]], instances: list[dict[str, Any]], run_id: str,
-               root: str | Path, report_dir: str | Path = ".") -> dict[str, Any]:
+def run_report(
+    predictions: list[Prediction],
+    instances: list[SweInstance],
+    run_id: str,
+    root: str | Path,
+    report_dir: str | Path = ".",
+) -> dict[str, Any]:
     """swebench's own run report (`<model>.<run_id>.json` in `report_dir`, relative to `root`),
     from the logs written under `root`."""
     from swebench.harness.reporting import make_run_report
@@ -565,24 +686,24 @@ class SweScorer:
     """Takes the agent's diff, grades it in a fresh sandbox the official way. Grading evidence
     goes under `root`; `model` names the log directory, like `model_name_or_path`."""
 
-    instance: dict[str, Any]
+    instance: SweInstance
     root: str = "pomona-runs/swebench"
     run_id: str = "pomona"
     model: str = "pomona"
     timeout: float = 1800
-    client: Any = None  # grading sandboxes' client; by default the agent sandbox's own
+    client: SandboxClient | None = None  # grading sandboxes'; by default the agent sandbox's
 
-    def collect(self, task: Task, sandbox: Any) -> dict[str, Any]:
+    def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
         patch = extract_patch(sandbox, base_ref(self.instance))
-        client = self.client or getattr(sandbox, "_root", None)
-        if client is None:
-            raise VerifierError("no sandbox client to grade with: pass SweScorer(client=...)")
+        client = self.client or sandbox._root
         iid = self.instance["instance_id"]
         pred = prediction(iid, self.model, patch)
         run_id = claim_run_id(self.root, self.run_id, self.model, iid)
         result = grade(client, self.instance, pred, self.root, run_id, self.timeout)
         if result.infra_failure:
-            raise VerifierError(f"{result.instance_id}: {result.infra_failure} (see {result.log_dir})")
+            raise VerifierError(
+                f"{result.instance_id}: {result.infra_failure} (see {result.log_dir})"
+            )
         return {"prediction": pred, "grade": result.score().model_dump()}
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
@@ -593,24 +714,28 @@ class SweScorer:
 class SweTask(Task):
     """A SWE-bench instance as a Task: the agent starts at /testbed on the base commit."""
 
-    def prepare(self, sandbox: Any) -> None:
-        prepare_testbed(sandbox, self.metadata["instance"])
+    scorer: SweScorer  # (the base's field, narrowed: it holds the instance)
+
+    def prepare(self, sandbox: Sandbox) -> None:
+        prepare_testbed(sandbox, self.scorer.instance)
 
 
-def to_task(instance: dict[str, Any], benchmark: str = "swebench", **scorer: Any) -> SweTask:
+def to_task(instance: SweInstance, benchmark: str = "swebench", **scorer: Any) -> SweTask:
     """The Task for one instance; `scorer` goes to SweScorer (root, run_id, model, client...)."""
     text = instance["problem_statement"]
     metadata: dict[str, Any] = {"instance": instance, "repo": instance["repo"]}
     if instance.get(AGENT_TIMEOUT):
         metadata["agent_timeout"] = float(instance[AGENT_TIMEOUT])
     return SweTask(
-        id=instance["instance_id"], benchmark=benchmark,
+        id=instance["instance_id"],
+        benchmark=benchmark,
         instruction=f"{text.rstrip()}\n\nThe repository is at {TESTBED}. Fix the issue by editing "
-                    "its source; do not change its tests.",
+        "its source; do not change its tests.",
         scorer=SweScorer(instance, **scorer),
         environment=Environment(image=image_of(instance), workdir=TESTBED, user=user_of(instance)),
         solution=tuple(apply_commands(instance["patch"])),
-        metadata=metadata)
+        metadata=metadata,
+    )
 
 
 def tasks(source: str | Path, benchmark: str = "swebench", **scorer: Any) -> list[SweTask]:

@@ -10,13 +10,17 @@ to a Score without touching anything. An infrastructure failure while collecting
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from pomona.errors import PomonaError
 from pomona.harnesses.mcp import McpServer
 from pomona.orchestrator.sdk.client import Sandbox
+
+if TYPE_CHECKING:  # the harness layer runs tasks: it imports this module, not the reverse
+    from pomona.harnesses.proxy_link import ProxyLink
+    from pomona.harnesses.runner import HarnessResult
 
 
 class Score(BaseModel):
@@ -80,7 +84,9 @@ class Task:
         for command in self.environment.setup:
             result = sandbox.exec(command, timeout=600)
             if result.exit_code != 0:
-                raise RuntimeError(f"task {self.id}: setup {command!r} failed: {result.stderr.strip()}")
+                raise RuntimeError(
+                    f"task {self.id}: setup {command!r} failed: {result.stderr.strip()}"
+                )
 
     def next_turn(self, sandbox: Sandbox) -> Turn | None:
         """Called when the agent has finished what it was asked: the next instruction, or None
@@ -88,7 +94,9 @@ class Task:
         task (harbor's [[steps]]) checks the step just finished and sets up the next one."""
         return None
 
-    def evaluate(self, sandbox: Sandbox, run: Any = None, proxy: Any = None) -> Score:
+    def evaluate(
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+    ) -> Score:
         """The verdict. `run` (the HarnessResult) and `proxy` (its ProxyLink) are there for tasks
         that grade the agent's own words or ask a judge model; most only look at the sandbox."""
         return self.scorer.score(self, self.scorer.collect(self, sandbox))

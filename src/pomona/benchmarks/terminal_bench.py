@@ -36,7 +36,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Environment, Score, Task, Turn, VerifierError
@@ -57,6 +57,11 @@ from pomona.benchmarks.terminal_bench_verifier import (
     sanitized,
     tar_of,
 )
+from pomona.orchestrator.sdk.client import Sandbox
+
+if TYPE_CHECKING:
+    from pomona.harnesses.proxy_link import ProxyLink
+    from pomona.harnesses.runner import HarnessResult
 
 __all__ = [
     "DATA",
@@ -133,24 +138,29 @@ class _Progress:
 class TbTask(Task):
     """A harbor task; with a setup script, prepare() builds its state offline."""
 
+    scorer: TbScorer  # (the base's field, narrowed: the task and its verifier work together)
     services: tuple[Service, ...] = ()  # sidecars: environment/docker-compose.yaml
-    _progress: weakref.WeakKeyDictionary = field(
+    _progress: weakref.WeakKeyDictionary[Sandbox, _Progress] = field(
         default_factory=weakref.WeakKeyDictionary, init=False, compare=False, repr=False
     )
-    _groups: weakref.WeakKeyDictionary = field(
+    _groups: weakref.WeakKeyDictionary[Sandbox, ServiceGroup] = field(
         default_factory=weakref.WeakKeyDictionary, init=False, compare=False, repr=False
     )
-    _lock: Any = field(default_factory=threading.Lock, init=False, compare=False, repr=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, compare=False, repr=False
+    )
 
     @property
     def config(self) -> TbConfig:
-        return self.scorer.config  # type: ignore[attr-defined]
+        if self.scorer.config is None:
+            raise ValueError(f"task {self.id}: its TbScorer was made without the task's config")
+        return self.scorer.config
 
     @property
     def steps(self) -> tuple[StepConfig, ...]:
         return self.config.steps
 
-    def prepare(self, sandbox: Any) -> None:
+    def prepare(self, sandbox: Sandbox) -> None:
         """The agent's sandbox: the environment, then the first step of a multi-step task."""
         self.build(sandbox)
         if self.steps:
@@ -158,7 +168,7 @@ class TbTask(Task):
                 self._progress[sandbox] = _Progress()
             self._begin_step(sandbox, self.steps[0])
 
-    def build(self, sandbox: Any) -> None:
+    def build(self, sandbox: Sandbox) -> None:
         """The task's environment (what a separate verifier's fresh sandbox gets too)."""
         setup = self.metadata.get("setup_script")
         workdir = self.environment.workdir
@@ -179,7 +189,7 @@ class TbTask(Task):
 
     # --- sidecar services ----------------------------------------------------------------------
 
-    def _start_services(self, sandbox: Any) -> None:
+    def _start_services(self, sandbox: Sandbox) -> None:
         """The sidecars, fresh, reachable from `sandbox` and gone with it."""
         spec = sandbox.info.spec
         group = ServiceGroup.start(
@@ -196,14 +206,14 @@ class TbTask(Task):
         with self._lock:
             self._groups[sandbox] = group
 
-    def services_of(self, sandbox: Any) -> ServiceGroup | None:
+    def services_of(self, sandbox: Sandbox) -> ServiceGroup | None:
         """The sidecars `sandbox` was built with (None for a task without any)."""
         with self._lock:
             return self._groups.get(sandbox)
 
     # --- multi-step --------------------------------------------------------------------------
 
-    def _begin_step(self, sandbox: Any, step: StepConfig) -> None:
+    def _begin_step(self, sandbox: Sandbox, step: StepConfig) -> None:
         """harbor's step setup: the step's workdir/ files copied into the workdir as the agent's
         user, its setup.sh run there, its healthcheck; a shared verifier's leftovers cleared."""
         workdir, user = self.environment.workdir, self.environment.user
@@ -242,9 +252,9 @@ class TbTask(Task):
         if step.healthcheck:
             step.healthcheck.wait(sandbox, workdir, f"step {step.name!r}")
 
-    def _verify_step(self, sandbox: Any, progress: _Progress) -> dict[str, Any]:
+    def _verify_step(self, sandbox: Sandbox, progress: _Progress) -> dict[str, Any]:
         step = self.steps[progress.index]
-        artifacts = self.scorer.verify_phase(self, sandbox, step)  # type: ignore[attr-defined]
+        artifacts = self.scorer.verify_phase(self, sandbox, step)
         rewards = parse_reward(artifacts["files"])
         verdict = {
             "step": step.name,
@@ -256,7 +266,7 @@ class TbTask(Task):
         progress.verdicts.append(verdict)
         return verdict
 
-    def _progress_of(self, sandbox: Any) -> _Progress:
+    def _progress_of(self, sandbox: Sandbox) -> _Progress:
         with self._lock:
             progress = self._progress.get(sandbox)
         if progress is None:
@@ -265,7 +275,7 @@ class TbTask(Task):
             )
         return progress
 
-    def next_turn(self, sandbox: Any) -> Turn | None:
+    def next_turn(self, sandbox: Sandbox) -> Turn | None:
         if not self.steps:
             return None
         progress = self._progress_of(sandbox)
@@ -283,7 +293,9 @@ class TbTask(Task):
             self.metadata["instructions"][progress.index], self.config.agent_timeout_of(following)
         )
 
-    def evaluate(self, sandbox: Any, run: Any = None, proxy: Any = None) -> Score:
+    def evaluate(
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+    ) -> Score:
         if not self.steps:
             return super().evaluate(sandbox, run, proxy)
         progress = self._progress_of(sandbox)

@@ -27,9 +27,10 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from pomona.harnesses.mcp import McpServer
+from pomona.orchestrator.sdk.client import Sandbox
 
 DEFAULT_WORKDIR = "/app"
 MAIN_SERVICE = "main"
@@ -98,7 +99,7 @@ class Healthcheck:
     start_interval: float = 5.0
     retries: int = 3
 
-    def wait(self, sandbox: Any, workdir: str, what: str) -> None:
+    def wait(self, sandbox: Sandbox, workdir: str, what: str) -> None:
         """Run the check until it passes: failures in the start period do not count, `retries`
         in a row after it fail `what`."""
         start_end = time.monotonic() + self.start_period
@@ -232,6 +233,10 @@ class _Reader:
             raise self.fail(f"{where}{key} must be a table")
         return value
 
+    @overload
+    def number(self, value: Any, where: str, default: float) -> float: ...
+    @overload
+    def number(self, value: Any, where: str, default: None) -> float | None: ...
     def number(self, value: Any, where: str, default: float | None) -> float | None:
         if value is None:
             return default
@@ -299,7 +304,7 @@ class _Reader:
         retries = value.get("retries", 3)
         if not isinstance(retries, int) or retries < 1:
             raise self.fail(f"{where}healthcheck.retries must be a positive integer")
-        opt = {
+        opt: dict[str, float] = {
             k: self.number(value.get(f"{k}_sec"), f"{where}healthcheck.{k}_sec", d)
             for k, d in (("interval", 5.0), ("timeout", 30.0), ("start_interval", 5.0))
         }
@@ -363,9 +368,9 @@ class _Reader:
             where = f"environment.mcp_servers[{i}]"
             if not isinstance(s, dict) or not isinstance(s.get("name"), str):
                 raise self.fail(f"{where} needs a name")
-            transport = {"http": "streamable-http"}.get(
-                s.get("transport"), s.get("transport", "sse")
-            )
+            transport = s.get("transport", "sse")
+            if transport == "http":
+                transport = "streamable-http"
             try:
                 if transport == "stdio":
                     if not s.get("command"):

@@ -34,6 +34,7 @@ from typing import Any
 
 from pomona.benchmarks.terminal_bench_config import Healthcheck, resolve_env
 from pomona.benchmarks.terminal_bench_verifier import tar_of
+from pomona.orchestrator.sdk.client import Sandbox, SandboxClient, SyncConnection
 
 RELAY = Path(__file__).with_name("terminal_bench_relay.py")
 RELAY_PATH = "/tmp/pomona-relay.py"
@@ -143,7 +144,7 @@ def _service(
         raise fail(f"{where} lists no port under expose or ports: Pomona relays those only")
     env = spec.get("environment") or {}
     if isinstance(env, list):
-        env = dict(str(e).split("=", 1) if "=" in str(e) else (str(e), "") for e in env)
+        env = {name: value for name, _, value in (str(e).partition("=") for e in env)}
     copies = [(env_dir / src, dst) for src, dst in (extra.get("copy") or {}).items()]
     for volume in spec.get("volumes") or ():
         src, _, rest = (
@@ -206,7 +207,7 @@ class ServiceGroup:
 
     def __init__(self, services: tuple[Service, ...], ttl: float):
         self.services = services
-        self.sandboxes: dict[str, Any] = {}  # name -> its sandbox
+        self.sandboxes: dict[str, Sandbox] = {}  # name -> its sandbox
         # drawn, so that relays in sandboxes sharing the host's network (`full` on the local
         # runtime) never collide
         net = secrets.randbelow(254 * 254)
@@ -221,7 +222,11 @@ class ServiceGroup:
 
     @classmethod
     def start(
-        cls, services: tuple[Service, ...], client: Any, ttl: float, labels: dict[str, str]
+        cls,
+        services: tuple[Service, ...],
+        client: SandboxClient,
+        ttl: float,
+        labels: dict[str, str],
     ) -> ServiceGroup:
         """Each service in a sandbox of its own with no network: it is reached through the
         relay, and a `full` one would share the host's network on the local runtime, where two
@@ -252,12 +257,12 @@ class ServiceGroup:
                 with contextlib.suppress(Exception):
                     sandbox.heartbeat()
 
-    def sandbox_of(self, name: str) -> Any:
+    def sandbox_of(self, name: str) -> Sandbox:
         if name not in self.sandboxes:
             raise ValueError(f"no sidecar service {name!r}")
         return self.sandboxes[name]
 
-    def attach(self, sandbox: Any, owner: bool) -> None:
+    def attach(self, sandbox: Sandbox, owner: bool) -> None:
         """Make the services reachable from `sandbox` at their names; the owner's going deletes
         them."""
         hosts = "".join(f"{self.addresses[s.name]} {s.name}\\n" for s in self.services)
@@ -300,7 +305,7 @@ class ServiceGroup:
                 sandbox.delete()
 
 
-def _launch(s: Service, sandbox: Any) -> None:
+def _launch(s: Service, sandbox: Sandbox) -> None:
     """Copy the service's files in, start its command in the background, wait until healthy."""
     for src, dst in s.copies:
         target = dst if src.is_dir() else str(Path(dst).parent)
@@ -325,7 +330,7 @@ def _launch(s: Service, sandbox: Any) -> None:
         raise RuntimeError(f"{e}; its output ends: {tail.strip()}") from None
 
 
-def _wait_for_ports(sandbox: Any, s: Service, attempts: int = 600) -> None:
+def _wait_for_ports(sandbox: Sandbox, s: Service, attempts: int = 600) -> None:
     for port in s.ports:
         for _ in range(attempts):
             try:
@@ -343,9 +348,9 @@ class _Bridge:
 
     def __init__(
         self,
-        sandbox: Any,
+        sandbox: Sandbox,
         port: int,
-        routes: dict[bytes, tuple[Any, int]],  # b"address:port" -> (service sandbox, port)
+        routes: dict[bytes, tuple[Sandbox, int]],  # b"address:port" -> (service sandbox, port)
         on_gone: Callable[[], None] | None,
     ):
         self.sandbox, self.port, self.routes, self.on_gone = sandbox, port, routes, on_gone
@@ -382,7 +387,7 @@ class _Bridge:
             return True
         return False
 
-    def _serve(self, channel: Any) -> None:
+    def _serve(self, channel: SyncConnection) -> None:
         head = b""
         try:  # the relay is in the sandbox: what it says is input, read with bounds
             while b"\n" not in head and len(head) < MAX_ROUTE:
@@ -410,7 +415,7 @@ class _Bridge:
         _pump(channel, target)
 
 
-def _pump(source: Any, sink: Any) -> None:
+def _pump(source: SyncConnection, sink: SyncConnection) -> None:
     try:
         while data := source.recv():
             sink.sendall(data)

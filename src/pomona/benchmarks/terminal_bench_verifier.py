@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Score, Task, VerifierError
@@ -42,10 +42,17 @@ from pomona.benchmarks.terminal_bench_config import (
     TbConfig,
     resolve_env,
 )
+from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
+from pomona.orchestrator.types import SnapshotInfo
 
 LOGS = "/logs/verifier"
 ARTIFACTS = "/logs/artifacts"  # harbor's convention directory, always collected
 MODES = ("fork", "separate", "shared")
+
+
+if TYPE_CHECKING:  # both import this module
+    from pomona.benchmarks.terminal_bench import TbTask
+    from pomona.benchmarks.terminal_bench_services import ServiceGroup
 
 
 def parse_reward(files: dict[str, str]) -> dict[str, float]:
@@ -127,7 +134,7 @@ def sanitized(tar_bytes: bytes, exclude: tuple[str, ...] = ()) -> bytes:
     return out.getvalue()
 
 
-def read_text(sandbox: Any, path: str) -> str | None:
+def read_text(sandbox: Sandbox, path: str) -> str | None:
     try:
         return sandbox.read_file(path).decode("utf-8", "replace")
     except Exception:  # noqa: BLE001 - a missing file is an answer here, not an error
@@ -135,7 +142,10 @@ def read_text(sandbox: Any, path: str) -> str | None:
 
 
 def copy_artifacts(
-    agent: Any, target: Any, artifacts: tuple[Artifact, ...], services: Any = None
+    agent: Sandbox,
+    target: Sandbox,
+    artifacts: tuple[Artifact, ...],
+    services: ServiceGroup | None = None,
 ) -> list[str]:
     """harbor's re-materialization: each artifact at its own path in the target (a directory
     replaced whole), plus the convention directory, from the agent's sandbox or the sidecar it
@@ -144,7 +154,7 @@ def copy_artifacts(
     copied = []
     for artifact in (*artifacts, Artifact(ARTIFACTS)):
         main = artifact.service == MAIN_SERVICE
-        source = agent if main else services.sandbox_of(artifact.service)
+        source = agent if main else _sidecar(services, artifact.service)
         path = shlex.quote(artifact.source)
         kind = source.exec(
             f"test -d {path} && echo d || (test -f {path} && echo f)", user="root", timeout=60
@@ -163,6 +173,13 @@ def copy_artifacts(
     return copied
 
 
+def _sidecar(services: ServiceGroup | None, name: str) -> Sandbox:
+    """The sandbox of the sidecar service `name` (the task's loader checked that it has one)."""
+    if services is None:
+        raise VerifierError(f"no sidecar service {name!r}: the task has no services")
+    return services.sandbox_of(name)
+
+
 # --- the verifier --------------------------------------------------------------------------------
 
 
@@ -173,7 +190,7 @@ class TbScorer:
     task_dir: Path
     config: TbConfig | None = None
     mode: str | None = None  # None: the task's own (separate if it asks, else fork)
-    client: Any = None  # verifier sandboxes' client; by default the agent sandbox's own
+    client: SandboxClient | None = None  # verifier sandboxes'; by default the agent sandbox's
 
     @property
     def timeout(self) -> float:
@@ -202,30 +219,34 @@ class TbScorer:
                 'declare verifier.environment_mode = "separate" so it gets a sandbox of its own'
             )
 
-    def collect(self, task: Task, sandbox: Any) -> dict[str, Any]:
+    def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
+        from pomona.benchmarks.terminal_bench import TbTask  # which imports this module
+
+        if not isinstance(task, TbTask):
+            raise TypeError(f"TbScorer verifies Terminal-Bench tasks (TbTask), not {task!r}")
         return self.verify_phase(task, sandbox)
 
     def verify_phase(
-        self, task: Task, sandbox: Any, step: StepConfig | None = None
+        self, task: TbTask, sandbox: Sandbox, step: StepConfig | None = None
     ) -> dict[str, Any]:
         """Verify the agent's work as it stands in `sandbox` (after the task, or after `step`)."""
         collected = self._run_collect_hooks(task, sandbox, step)
         mode = self.resolved_mode(step)
         if mode == "shared":
             return {**self.verify(task, sandbox, step), "mode": mode, "collect": collected}
-        client = self.client or getattr(sandbox, "_root", None)
-        if client is None:
-            raise VerifierError("no sandbox client to verify with: pass TbScorer(client=...)")
+        client = self.client or sandbox._root
         with self.verifier_sandbox(task, sandbox, client, mode, step) as target:
             return {**self.verify(task, target, step), "mode": mode, "collect": collected}
 
-    def _run_collect_hooks(self, task: Task, sandbox: Any, step: StepConfig | None) -> list[dict]:
+    def _run_collect_hooks(
+        self, task: TbTask, sandbox: Sandbox, step: StepConfig | None
+    ) -> list[dict[str, Any]]:
         """harbor's collect hooks: best effort, a failing one is noted and verification goes on."""
         out = []
         hooks = self.config.verifier_of(step).collect if self.config else ()
         for hook in hooks:
             main = hook.service == MAIN_SERVICE
-            where = sandbox if main else task.services_of(sandbox).sandbox_of(hook.service)
+            where = sandbox if main else _sidecar(task.services_of(sandbox), hook.service)
             done = where.exec(
                 hook.command,
                 cwd=task.environment.workdir if main else None,
@@ -244,9 +265,15 @@ class TbScorer:
 
     @contextlib.contextmanager
     def verifier_sandbox(
-        self, task: Task, agent: Any, client: Any, mode: str, step: StepConfig | None = None
-    ) -> Iterator[Any]:
-        snapshot, target = None, None
+        self,
+        task: TbTask,
+        agent: Sandbox,
+        client: SandboxClient,
+        mode: str,
+        step: StepConfig | None = None,
+    ) -> Iterator[Sandbox]:
+        snapshot: SnapshotInfo | None = None
+        target: Sandbox | None = None
         try:
             if mode == "fork":
                 snapshot = agent.snapshot()
@@ -272,7 +299,9 @@ class TbScorer:
                 if snapshot is not None:  # after the fork that stacks on it is gone
                     client.delete_snapshot(snapshot)
 
-    def _fresh_environment(self, task: Task, client: Any, step: StepConfig | None) -> Any:
+    def _fresh_environment(
+        self, task: TbTask, client: SandboxClient, step: StepConfig | None
+    ) -> Sandbox:
         """The verifier's own environment: its image, or the task's environment built anew."""
         cfg = self.config
         image = (cfg.verifier_of(step).image if cfg else None) or task.environment.image
@@ -287,7 +316,7 @@ class TbScorer:
         )
         try:
             if image == task.environment.image:
-                task.build(target)  # type: ignore[attr-defined]
+                task.build(target)
             else:
                 install_pytest(target)
         except BaseException:
@@ -316,7 +345,9 @@ class TbScorer:
             raise VerifierError(f"{self.task_dir}: no tests/test.sh{where}")
         return dirs, "/tests/test.sh"
 
-    def verify(self, task: Task, sandbox: Any, step: StepConfig | None = None) -> dict[str, Any]:
+    def verify(
+        self, task: Task, sandbox: Sandbox, step: StepConfig | None = None
+    ) -> dict[str, Any]:
         tests = self._tests(step)
         clear = "rm -rf /tests && mkdir -p /tests && " if tests else ""
         prep = sandbox.exec(

@@ -18,7 +18,11 @@ import importlib.util
 import sys
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
+
+ObsT = TypeVar("ObsT")
+Transition: TypeAlias = tuple[ObsT, float, bool, bool, dict[str, Any]]
+"""What `step` returns: observation, reward, terminated, truncated, info."""
 
 _ENVS = {
     "pomona/ShellEnv-v0": ("pomona.gym.shell_env:ShellEnv", False),

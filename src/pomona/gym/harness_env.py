@@ -22,18 +22,20 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task
+from pomona.gym import Transition
 from pomona.gym import episode as ep
 from pomona.gym.proxies import shared_proxy
 from pomona.gym.sandboxes import shared_client
-from pomona.gym.shell_env import CHARSET, MAX_TEXT, clip, printable
+from pomona.gym.shell_env import CHARSET, MAX_TEXT, clip, printable, text_dict
 from pomona.harnesses.proxy_link import ProxyLink
 
 
-class HarnessEnv(gym.Env[dict[str, str], int]):
+class HarnessEnv(gym.Env[dict[str, str], int | np.integer[Any]]):
     metadata = {"render_modes": []}
 
     def __init__(
@@ -57,7 +59,7 @@ class HarnessEnv(gym.Env[dict[str, str], int]):
         self.trajectories, self.models, self._proxy = trajectories, models, proxy
         self.timeout = timeout
         text = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
-        self.observation_space = spaces.Dict({"instruction": text, "final_answer": text})
+        self.observation_space = text_dict(instruction=text, final_answer=text)
         self.action_space = spaces.Discrete(1)
         self.task: Task | None = None
         self._done = True
@@ -69,7 +71,9 @@ class HarnessEnv(gym.Env[dict[str, str], int]):
             "final_answer": printable(clip(answer or "", MAX_TEXT)),
         }
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
         self.harness = options.get("harness", self.harness)
@@ -80,7 +84,7 @@ class HarnessEnv(gym.Env[dict[str, str], int]):
         self._done = False
         return self._obs(), {"task_id": self.task.id, "harness": self.harness, "model": self.model}
 
-    def step(self, action: int = 0):
+    def step(self, action: int | np.integer[Any] = 0) -> Transition[dict[str, str]]:
         if self.task is None or self._done:
             raise RuntimeError("call reset() before step()")
         self._done = True

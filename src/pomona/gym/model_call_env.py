@@ -47,10 +47,11 @@ from gymnasium import spaces
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task, Turn
+from pomona.gym import Transition
 from pomona.gym import episode as ep
 from pomona.gym.proxies import shared_proxy
 from pomona.gym.sandboxes import shared_client
-from pomona.gym.shell_env import CHARSET
+from pomona.gym.shell_env import CHARSET, text_dict
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.runner import HarnessResult, run
 from pomona.orchestrator.sdk.client import Sandbox
@@ -77,16 +78,22 @@ class _HarnessRun:
         self.result: HarnessResult | None = None
         self.error: BaseException | None = None
         self.failure: tuple[str, str | None] | None = None  # the task could not go on
-        self.thread = threading.Thread(target=self._main, args=(task,), kwargs=kwargs,
-                                       daemon=True, name="pomona-model-call-env")
+        self.thread = threading.Thread(
+            target=self._main,
+            args=(task,),
+            kwargs=kwargs,
+            daemon=True,
+            name="pomona-model-call-env",
+        )
         self.thread.start()
 
     def _main(self, task: Task, task_prompt: str, timeout: float, **kwargs: Any) -> None:
         try:
             turn: Turn | None = Turn(task_prompt, timeout)
             while turn is not None and not self.policy.closed:
-                self.result = run(task_prompt=turn.instruction, timeout=turn.timeout or timeout,
-                                  **kwargs)
+                self.result = run(
+                    task_prompt=turn.instruction, timeout=turn.timeout or timeout, **kwargs
+                )
                 if not self.result.ok:
                     break
                 turn, kind, message = ep.next_turn(task, kwargs["sandbox"])
@@ -122,7 +129,7 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         dialect: str | None = None,
         task_set: str = "all",
         tasks: list[Task] | None = None,
-        runtime: str = "local",
+        runtime: str | None = "local",  # None: the service at POMONA_URL
         state_dir: str | None = None,
         image: str | None = None,
         trajectories: str | None = None,
@@ -138,11 +145,11 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         self.max_steps = max_steps
         self.policy_timeout, self.harness_timeout = policy_timeout, harness_timeout
         text = spaces.Text(max_length=MAX_JSON, min_length=0, charset=CHARSET)
-        self.observation_space = spaces.Dict({
-            "dialect": spaces.Text(max_length=16, min_length=0, charset=CHARSET),
-            "messages": text,
-            "tools": text,
-        })  # fmt: skip
+        self.observation_space = text_dict(
+            dialect=spaces.Text(max_length=16, min_length=0, charset=CHARSET),
+            messages=text,
+            tools=text,
+        )
         self.action_space = spaces.Text(max_length=1 << 16, min_length=0, charset=CHARSET)
         self.task: Task | None = None
         self.sandbox: Sandbox | None = None
@@ -152,7 +159,7 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         self._run: _HarnessRun | None = None
         self._call: HeldCall | None = None
         self._answered: tuple[HeldCall, Action] | None = None  # the last call and our reply to it
-        self._ended: tuple | None = None  # the final transition, once the episode is over
+        self._ended: Transition[dict[str, str]] | None = None  # once the episode is over
         self._deadline = 0.0
         self.steps = 0
 
@@ -160,19 +167,31 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
     def _obs(self, call: HeldCall | None) -> dict[str, str]:
         if call is None:
             return {"dialect": self._dialect_name(), "messages": "[]", "tools": "[]"}
-        return {"dialect": call.dialect, "messages": _json(call.messages), "tools": _json(call.tools)}
+        return {
+            "dialect": call.dialect,
+            "messages": _json(call.messages),
+            "tools": _json(call.tools),
+        }
 
     def _dialect_name(self) -> str:
         h = ep.get_harness(self.harness)
         return self.dialect or h.dialects[0]
 
     def _call_info(self, call: HeldCall) -> dict[str, Any]:
-        return {"episode": self.key, "task_id": self.task.id if self.task else None,
-                "sequence": call.sequence, "stream": call.stream, "model": call.model,
-                "messages": json.loads(_json(call.messages)), "tools": json.loads(_json(call.tools))}
+        return {
+            "episode": self.key,
+            "task_id": self.task.id if self.task else None,
+            "sequence": call.sequence,
+            "stream": call.stream,
+            "model": call.model,
+            "messages": json.loads(_json(call.messages)),
+            "tools": json.loads(_json(call.tools)),
+        }
 
     # --- the episode ----------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         super().reset(seed=seed)
         self._abandon()
         options = options or {}
@@ -182,29 +201,50 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         h = ep.ensure_harness(self.harness)
         self.link = ProxyLink.of(self._proxy or shared_proxy(self.trajectories))
         if self.link.server is None:
-            raise ValueError("ModelCallEnv holds calls in-process: give it a ProxyServer, not a URL")
+            raise ValueError(
+                "ModelCallEnv holds calls in-process: give it a ProxyServer, not a URL"
+            )
         self._policy = Policy(timeout=self.policy_timeout)
         attempt = {"attempt": options["attempt"]} if "attempt" in options else {}
-        opened = ep.open_episode(self.link, self.task, h, POLICY,
-                                 options.get("run") or secrets.token_hex(4),
-                                 policy=self._policy, metadata=attempt)
+        opened = ep.open_episode(
+            self.link,
+            self.task,
+            h,
+            POLICY,
+            options.get("run") or secrets.token_hex(4),
+            policy=self._policy,
+            metadata=attempt,
+        )
         self.key, self.steps, self._ended, self._call = opened["key"], 0, None, None
         self._deadline = time.monotonic() + self.harness_timeout
         try:
-            self.sandbox = ep.start_sandbox(shared_client(self.runtime, self.state_dir), self.task,
-                                            self.link, image=self.image,
-                                            ttl=self.harness_timeout + 600)
+            self.sandbox = ep.start_sandbox(
+                shared_client(self.runtime, self.state_dir),
+                self.task,
+                self.link,
+                image=self.image,
+                ttl=self.harness_timeout + 600,
+            )
         except Exception as e:  # noqa: BLE001 - the episode ends at once, typed
             self._ended = self._end(*ep.failure_of(e))
             return self._obs(None), {**copy.deepcopy(self._ended[4]), "done": True}
-        self._run = _HarnessRun(self._policy, self.task, harness=h,
-                                task_prompt=self.task.instruction,
-                                sandbox=self.sandbox, model=POLICY, proxy=self.link,
-                                timeout=self.harness_timeout, dialect=self.dialect,
-                                episode=opened, close=False)
-        return self._next(first=True)
+        self._run = _HarnessRun(
+            self._policy,
+            self.task,
+            harness=h,
+            task_prompt=self.task.instruction,
+            sandbox=self.sandbox,
+            model=POLICY,
+            proxy=self.link,
+            timeout=self.harness_timeout,
+            dialect=self.dialect,
+            episode=opened,
+            close=False,
+        )
+        obs, _, _, _, info = self._next()
+        return obs, info if self._ended is None else {**info, "done": True}
 
-    def step(self, action: Action | dict[str, Any] | str):
+    def step(self, action: Action | dict[str, Any] | str) -> Transition[dict[str, str]]:
         if self._ended is not None:  # stepping past the end repeats the end
             return copy.deepcopy(self._ended)
         if self._call is None or self._policy is None:
@@ -217,12 +257,15 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
             self._policy.reply(call, parsed)
         except CallExpired:
             if call.sequence in self._policy.expired:
-                return self._finish("timeout", f"the policy did not answer call {call.sequence} "
-                                    f"within {self.policy_timeout:g} s")
+                return self._finish(
+                    "timeout",
+                    f"the policy did not answer call {call.sequence} "
+                    f"within {self.policy_timeout:g} s",
+                )
             # the harness ended while the call was held: its end is the episode's end
         return self._next()
 
-    def _next(self, first: bool = False):
+    def _next(self) -> Transition[dict[str, str]]:
         """Wait for the harness's next model call, or its end. The last reply the step budget
         allows still takes effect: the harness is stopped only at the call after it."""
         assert self._policy is not None
@@ -231,32 +274,32 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
                 call = self._policy.next_call(timeout=max(0.0, self._deadline - time.monotonic()))
             except TimeoutError:
                 call = None
-                self._ended = self._finish("timeout", f"the harness outlived {self.harness_timeout:g} s")
-            if call is None or not self._is_retry(call):
+                self._ended = self._finish(
+                    "timeout", f"the harness outlived {self.harness_timeout:g} s"
+                )
+            if call is None or self._answered is None or not self._is_retry(call, self._answered):
                 break
             # the harness gave up waiting for our answer and asked again: the same answer
             with contextlib.suppress(CallExpired):
-                self._policy.reply(call, self._answered[1])  # type: ignore[index]
+                self._policy.reply(call, self._answered[1])
         if call is not None and self.steps >= self.max_steps:
             return copy.deepcopy(self._finish(truncated=True))
         if call is not None:
             self._call = call
-            info = self._call_info(call)
-            return (self._obs(call), info) if first else (self._obs(call), 0.0, False, False, info)
-        result = copy.deepcopy(self._ended or self._finish())
-        return (result[0], {**result[4], "done": True}) if first else result
+            return self._obs(call), 0.0, False, False, self._call_info(call)
+        return copy.deepcopy(self._ended or self._finish())
 
-    def _is_retry(self, call: HeldCall) -> bool:
+    @staticmethod
+    def _is_retry(call: HeldCall, answered: tuple[HeldCall, Action]) -> bool:
         """A call that repeats the one just answered (a client retry after its own timeout), not
         the next turn: same conversation, nothing added. Counting it as a turn would stop a
         harness at its step budget before the last reply took effect."""
-        if self._answered is None:
-            return False
-        previous = self._answered[0]
+        previous = answered[0]
         return call.messages == previous.messages and call.tools == previous.tools
 
-    def _finish(self, kind: str | None = None, message: str | None = None,
-                truncated: bool = False):
+    def _finish(
+        self, kind: str | None = None, message: str | None = None, truncated: bool = False
+    ) -> Transition[dict[str, str]]:
         """Stop the harness, judge and score the episode, write its row, free the sandbox."""
         if self._run is not None:
             self._run.stop(self.sandbox)
@@ -278,11 +321,19 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         self._ended = self._end(kind or "none", message, truncated)
         return self._ended
 
-    def _end(self, kind: str, message: str | None, truncated: bool = False):
+    def _end(
+        self, kind: str, message: str | None, truncated: bool = False
+    ) -> Transition[dict[str, str]]:
         assert self.task is not None and self.link is not None and self.key is not None
-        record = ep.EpisodeRecord(self.key, self.task.id, self.task.benchmark,
-                                  ep.get_harness(self.harness).name, POLICY,
-                                  failure_kind=kind, failure_message=message)
+        record = ep.EpisodeRecord(
+            self.key,
+            self.task.id,
+            self.task.benchmark,
+            ep.get_harness(self.harness).name,
+            POLICY,
+            failure_kind=kind,
+            failure_message=message,
+        )
         result = self._run.result if self._run else None
         if result is not None:
             record.final_answer, record.calls = result.final_answer, result.calls
@@ -291,13 +342,22 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
             verdict, record.failure_kind, record.failure_message = ep.score(self.task, self.sandbox)
             if verdict is not None:
                 record.reward, record.resolved, record.score = (
-                    verdict.reward, verdict.resolved, verdict.model_dump())
+                    verdict.reward,
+                    verdict.resolved,
+                    verdict.model_dump(),
+                )
         ep.close_episode(self.link, record)
         ep.delete_sandbox(self.sandbox)
         self.sandbox = None
-        info = {"episode": self.key, "task_id": self.task.id, "failure": record.failure_kind,
-                "error": record.failure_message, "score": record.score, "steps": self.steps,
-                "record": record.to_dict()}
+        info = {
+            "episode": self.key,
+            "task_id": self.task.id,
+            "failure": record.failure_kind,
+            "error": record.failure_message,
+            "score": record.score,
+            "steps": self.steps,
+            "record": record.to_dict(),
+        }
         reward = record.reward if record.reward is not None else 0.0
         return self._obs(None), float(reward), not truncated, truncated, info
 
@@ -306,8 +366,11 @@ class ModelCallEnv(gym.Env[dict[str, str], str]):
         if self._ended is None and self.key is not None and self.link is not None:
             if self._run is not None:
                 self._run.stop(self.sandbox, keep=False)
-            self.link.close_episode(self.key, failure_kind="none",
-                                    failure_message="abandoned: reset or closed before the end")
+            self.link.close_episode(
+                self.key,
+                failure_kind="none",
+                failure_message="abandoned: reset or closed before the end",
+            )
             self.key = None
         ep.delete_sandbox(self.sandbox)
         self.sandbox, self._run, self._call, self._answered = None, None, None, None

@@ -106,7 +106,7 @@ async def rollout(
     proxy: Any = None,
     trajectories: str | None = None,
     models: str | None = None,
-    runtime: str = "local",
+    runtime: str | None = "local",  # None: the service at POMONA_URL
     state_dir: str | None = None,
     timeout: float = 600,
     dialect: str | None = None,
@@ -135,12 +135,34 @@ async def rollout(
 
     def attempt(task: Task, i: int) -> EpisodeRecord:
         if policy is not None:
-            return run_policy_episode(task, harness, policy, proxy=link, runtime=runtime,
-                                      state_dir=state_dir, timeout=timeout, dialect=dialect,
-                                      image=image, max_steps=max_steps, run_id=run_id, attempt=i)
+            return run_policy_episode(
+                task,
+                harness,
+                policy,
+                proxy=link,
+                runtime=runtime,
+                state_dir=state_dir,
+                timeout=timeout,
+                dialect=dialect,
+                image=image,
+                max_steps=max_steps,
+                run_id=run_id,
+                attempt=i,
+            )
+        assert model is not None  # one of model and policy is given (checked above)
         name = model(task) if callable(model) else model
-        return run_episode(task, harness, name, proxy=link, client=client, timeout=timeout,
-                           dialect=dialect, image=image, run_id=run_id, attempt=i)
+        return run_episode(
+            task,
+            harness,
+            name,
+            proxy=link,
+            client=client,
+            timeout=timeout,
+            dialect=dialect,
+            image=image,
+            run_id=run_id,
+            attempt=i,
+        )
 
     async def one(pool: ThreadPoolExecutor, task: Task, i: int) -> EpisodeRecord:
         record = await loop.run_in_executor(pool, attempt, task, i)
@@ -162,7 +184,7 @@ def run_policy_episode(
     policy: PolicyFn,
     *,
     proxy: Any,
-    runtime: str = "local",
+    runtime: str | None = "local",  # None: the service at POMONA_URL
     state_dir: str | None = None,
     timeout: float = 600,
     dialect: str | None = None,
@@ -177,23 +199,43 @@ def run_policy_episode(
     from pomona.gym.model_call_env import ModelCallEnv
 
     link = ProxyLink.of(proxy)
-    env = ModelCallEnv(harness=harness, dialect=dialect, tasks=[task], runtime=runtime,
-                       state_dir=state_dir, image=image, proxy=link.server, max_steps=max_steps,
-                       harness_timeout=timeout)
+    env = ModelCallEnv(
+        harness=harness,
+        dialect=dialect,
+        tasks=[task],
+        runtime=runtime,
+        state_dir=state_dir,
+        image=image,
+        proxy=link.server,
+        max_steps=max_steps,
+        harness_timeout=timeout,
+    )
     try:
         obs, info = env.reset(options={"task": task, "run": run_id, "attempt": attempt})
         ended = bool(info.get("done"))
         truncated = False
         while not ended:
-            observation = {"dialect": obs["dialect"], **{k: info.get(k) for k in
-                           ("messages", "tools", "episode", "sequence", "task_id")}}
+            observation = {
+                "dialect": obs["dialect"],
+                **{k: info.get(k) for k in ("messages", "tools", "episode", "sequence", "task_id")},
+            }
             try:
                 action = policy(observation)
             except Exception as e:  # noqa: BLE001 - the policy's failure is this attempt's
                 message = f"the policy raised {type(e).__name__}: {e}"
-                link.close_episode(info["episode"], failure_kind="upstream", failure_message=message)
-                return EpisodeRecord(info["episode"], task.id, task.benchmark, harness, "policy",
-                                     attempt, failure_kind="upstream", failure_message=message)
+                link.close_episode(
+                    info["episode"], failure_kind="upstream", failure_message=message
+                )
+                return EpisodeRecord(
+                    info["episode"],
+                    task.id,
+                    task.benchmark,
+                    harness,
+                    "policy",
+                    attempt,
+                    failure_kind="upstream",
+                    failure_message=message,
+                )
             obs, _, terminated, truncated, info = env.step(action)
             ended = terminated or truncated
         record = EpisodeRecord(**{**info["record"], "attempt": attempt})

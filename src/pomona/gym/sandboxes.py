@@ -7,16 +7,16 @@ import threading
 
 from pomona.orchestrator.sdk.client import SandboxClient
 
-_clients: dict[tuple[str, str | None], SandboxClient] = {}
+_clients: dict[tuple[str | None, str | None], SandboxClient] = {}
 _lock = threading.Lock()
 
 
-def shared_client(runtime: str = "local", state_dir: str | None = None) -> SandboxClient:
+def shared_client(runtime: str | None = "local", state_dir: str | None = None) -> SandboxClient:
+    """The process's client for `runtime` (None: the service at POMONA_URL) and `state_dir`."""
     with _lock:
         key = (runtime, state_dir)
         if key not in _clients:
-            options = {"state_dir": state_dir} if state_dir else {}
-            client = _clients[key] = SandboxClient(runtime, **options)
+            client = _clients[key] = SandboxClient(runtime, state_dir=state_dir or None)
             client.start()
         return _clients[key]
 

@@ -27,7 +27,9 @@ from gymnasium import spaces
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task
 from pomona.errors import SandboxError
+from pomona.gym import Transition
 from pomona.gym.sandboxes import shared_client
+from pomona.orchestrator.sdk.client import Sandbox
 
 SUBMIT = "submit"
 CHARSET = string.printable  # ASCII letters, digits, punctuation and whitespace
@@ -45,28 +47,47 @@ def clip(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
+def text_dict(**fields: spaces.Space[str]) -> spaces.Space[dict[str, str]]:
+    """A Dict space of Text spaces, typed as the dicts of strings its elements are."""
+    # gymnasium types every Dict space as Space[dict[str, Space]], the spaces, not their values
+    return spaces.Dict(fields)  # type: ignore[return-value]
+
+
 class ShellEnv(gym.Env[dict[str, Any], str]):
     metadata = {"render_modes": []}
 
-    def __init__(self, task_set: str = "all", tasks: list[Task] | None = None, runtime: str = "local",
-                 state_dir: str | None = None, image: str | None = None, network: str = "none",
-                 max_steps: int = 30, step_timeout: float = 60, output_chars: int = 10_000):
+    def __init__(
+        self,
+        task_set: str = "all",
+        tasks: list[Task] | None = None,
+        runtime: str = "local",
+        state_dir: str | None = None,
+        image: str | None = None,
+        network: str = "none",
+        max_steps: int = 30,
+        step_timeout: float = 60,
+        output_chars: int = 10_000,
+    ):
         self.tasks = tasks or builtin.tasks(task_set)
         self.runtime, self.state_dir, self.image, self.network = runtime, state_dir, image, network
         self.max_steps, self.step_timeout = max_steps, step_timeout
         self.output_chars = min(output_chars, MAX_TEXT)
         self.action_space = spaces.Text(max_length=4096, min_length=1, charset=CHARSET)
-        self.observation_space = spaces.Dict({
-            "output": spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET),
-            "exit_code": spaces.Box(low=-256, high=255, shape=(), dtype=np.int64),
-        })
+        self.observation_space = spaces.Dict(
+            {
+                "output": spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET),
+                "exit_code": spaces.Box(low=-256, high=255, shape=(), dtype=np.int64),
+            }
+        )
         self.task: Task | None = None
-        self.sandbox = None
+        self.sandbox: Sandbox | None = None
         self.steps = 0
 
     def _obs(self, output: str, exit_code: int) -> dict[str, Any]:
-        return {"output": printable(clip(output, self.output_chars)),
-                "exit_code": np.array(exit_code, dtype=np.int64)}
+        return {
+            "output": printable(clip(output, self.output_chars)),
+            "exit_code": np.array(exit_code, dtype=np.int64),
+        }
 
     def _pick(self, option: Task | str | None) -> Task:
         if isinstance(option, Task):
@@ -75,37 +96,51 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
             return next((t for t in self.tasks if t.id == option), None) or builtin.get(option)
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         self._release()
-        self.task = self._pick((options or {}).get("task"))
+        task = self.task = self._pick((options or {}).get("task"))
         client = shared_client(self.runtime, self.state_dir)
-        env = self.task.environment
-        self.sandbox = client.create_sandbox(self.image or env.image, network=self.network,
-                                             workdir=env.workdir, user=env.user, env=env.env,
-                                             labels={"task": self.task.id[:63]})
-        self.task.prepare(self.sandbox)
+        env = task.environment
+        self.sandbox = client.create_sandbox(
+            self.image or env.image,
+            network=self.network,
+            workdir=env.workdir,
+            user=env.user,
+            env=env.env,
+            labels={"task": task.id[:63]},
+        )
+        task.prepare(self.sandbox)
         self.steps = 0
-        return self._obs(self.task.instruction, 0), {"task_id": self.task.id,
-                                                     "instruction": self.task.instruction}
+        return self._obs(task.instruction, 0), {"task_id": task.id, "instruction": task.instruction}
 
-    def step(self, action: str):
-        if self.sandbox is None or self.task is None:
+    def step(self, action: str) -> Transition[dict[str, Any]]:
+        task, sandbox = self.task, self.sandbox
+        if sandbox is None or task is None:
             raise RuntimeError("call reset() before step()")
         if action.strip() == SUBMIT:
             try:  # a multi-step task checks the step and gives the next one
-                turn = self.task.next_turn(self.sandbox)
+                turn = task.next_turn(sandbox)
             except SandboxError as e:
                 return self._fail("sandbox", str(e))
             except Exception as e:  # noqa: BLE001 - a broken step check is data, not a crash
                 return self._fail("verifier", repr(e))
             if turn is not None:
-                return self._obs(turn.instruction, 0), 0.0, False, False, {
-                    "output": "", "instruction": turn.instruction}
-            return self._finish(self._obs("submitted", 0), terminated=True, info={"output": ""})
+                return (
+                    self._obs(turn.instruction, 0),
+                    0.0,
+                    False,
+                    False,
+                    {"output": "", "instruction": turn.instruction},
+                )
+            return self._finish(
+                task, sandbox, self._obs("submitted", 0), terminated=True, info={"output": ""}
+            )
         self.steps += 1
         try:
-            result = self.sandbox.exec(action, timeout=self.step_timeout)
+            result = sandbox.exec(action, timeout=self.step_timeout)
         except SandboxError as e:
             return self._fail("sandbox", str(e))
         output = result.stdout + result.stderr
@@ -114,18 +149,25 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
         info = {"output": output, "exit_code": result.exit_code, "timed_out": result.timed_out}
         obs = self._obs(output, result.exit_code)
         if self.steps >= self.max_steps:
-            return self._finish(obs, terminated=False, info=info)
+            return self._finish(task, sandbox, obs, terminated=False, info=info)
         return obs, 0.0, False, False, info
 
-    def _finish(self, obs: dict[str, Any], terminated: bool, info: dict[str, Any]):
+    def _finish(
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        obs: dict[str, Any],
+        terminated: bool,
+        info: dict[str, Any],
+    ) -> Transition[dict[str, Any]]:
         try:
-            score = self.task.evaluate(self.sandbox)  # type: ignore[union-attr]
+            score = task.evaluate(sandbox)
         except Exception as e:  # noqa: BLE001 - a broken verifier is data, not a crash
             return self._fail("verifier", repr(e))
         info.update(score=score.model_dump(), failure="none", steps=self.steps)
         return obs, score.reward, terminated, not terminated, info
 
-    def _fail(self, kind: str, message: str):
+    def _fail(self, kind: str, message: str) -> Transition[dict[str, Any]]:
         obs = self._obs(f"[{kind} failure] {message}", -1)
         return obs, 0.0, True, False, {"failure": kind, "error": message, "steps": self.steps}
 
