@@ -34,6 +34,7 @@ from pomona.browser_env import image as browser_image
 from pomona.browser_env.chromium import ChromiumOptions
 from pomona.browser_env.errors import ActionError, BrowserInfraError, NavigationFailed
 from pomona.browser_env.session import BrowserSession, Observation, SessionOptions
+from pomona.gym import Transition
 from pomona.gym.sandboxes import shared_client
 
 CHARSET = string.printable
@@ -99,15 +100,11 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     def _session_for(self, task: Task) -> BrowserSession:
-        reusable = (
-            self.session is not None
-            and self.task is not None
-            and suite.is_miniwob(task)
-            and suite.is_miniwob(self.task)
-        )
-        if reusable:
-            self.session.new_page()  # type: ignore[union-attr]
-            return self.session  # type: ignore[return-value]
+        session, previous = self.session, self.task
+        reusable = previous is not None and suite.is_miniwob(task) and suite.is_miniwob(previous)
+        if session is not None and reusable:
+            session.new_page()
+            return session
         self._release()
         client = shared_client(self.runtime, self.state_dir)
         self.session = BrowserSession(
@@ -142,7 +139,9 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
 
     # --- the Gymnasium API -------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         task = self._pick((options or {}).get("task"))
         instance_seed = int(self.np_random.integers(2**31))
@@ -158,35 +157,45 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         }
         return self._obs(self.last), info
 
-    def step(self, action: str):
-        if self.session is None or self.task is None or self.last is None:
+    def step(self, action: str) -> Transition[dict[str, Any]]:
+        session, task = self.session, self.task
+        if session is None or task is None or self.last is None:
             raise RuntimeError("call reset() before step()")
         self.steps += 1
         try:
             try:
                 parsed = actions.parse(action)
                 if parsed.kind == "answer":
-                    return self._finish(self._obs(self.last), parsed.text, terminated=True)
-                self.session.act(parsed, self.last.marks)
+                    return self._finish(
+                        session, task, self._obs(self.last), parsed.text, terminated=True
+                    )
+                session.act(parsed, self.last.marks)
                 note = ""
             except NavigationFailed as e:  # carried out; the page is the browser's error page
                 note = f"[navigation error] {e}"
             except ActionError as e:
                 parsed, note = None, f"[invalid action] {e}"
-            self.last = self.session.observe()
+            self.last = session.observe()
             obs = self._obs(self.last, note)
-            if parsed is not None and suite.ended(self.session, self.task):
-                return self._finish(obs, None, terminated=True)
+            if parsed is not None and suite.ended(session, task):
+                return self._finish(session, task, obs, None, terminated=True)
         except BrowserInfraError as e:
             return self._fail(e)
         if self.steps >= self.max_steps:
-            return self._finish(obs, None, terminated=False)
+            return self._finish(session, task, obs, None, terminated=False)
         info = {"url": self.last.url, "marks": self.last.marks, "error": note or None}
         return obs, 0.0, False, False, info
 
-    def _finish(self, obs: dict[str, Any], answer: str | None, terminated: bool):
+    def _finish(
+        self,
+        session: BrowserSession,
+        task: Task,
+        obs: dict[str, Any],
+        answer: str | None,
+        terminated: bool,
+    ) -> Transition[dict[str, Any]]:
         try:
-            score = suite.grade(self.session, self.task, answer)  # type: ignore[arg-type]
+            score = suite.grade(session, task, answer)
         except BrowserInfraError as e:
             return self._fail(e)
         except Exception as e:  # noqa: BLE001 - a broken grader is data, not a crash
@@ -205,7 +214,7 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         }
         return obs, score.reward, terminated, not terminated, info
 
-    def _fail(self, error: BrowserInfraError):
+    def _fail(self, error: BrowserInfraError) -> Transition[dict[str, Any]]:
         self._release()  # a crashed or hung browser is not reused
         obs = self._blank(f"[{error.kind} failure] {error}")
         return (

@@ -196,7 +196,7 @@ class Harness:
         chosen = dialect or self.dialects[0]
         if chosen not in self.dialects:
             raise ValueError(f"{self.name} speaks {', '.join(self.dialects)}, not {chosen!r}")
-        return chosen  # type: ignore[return-value]
+        return chosen
 
     def __repr__(self) -> str:
         return f"<Harness {self.name} {self.version}>"

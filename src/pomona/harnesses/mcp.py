@@ -104,6 +104,7 @@ def codex_toml(servers: Iterable[McpServer]) -> str:
     """`[mcp_servers.NAME]` tables of Codex's config.toml."""
     tables = []
     for s in servers:
+        fields: dict[str, object]
         if s.stdio:
             fields = {"command": s.command[0], "args": list(s.command[1:]), "env": dict(s.env)}
         else:

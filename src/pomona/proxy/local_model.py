@@ -24,6 +24,7 @@ import copy
 import json
 import re
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,10 @@ class LocalModel:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path))
         if not self.tokenizer.chat_template:
             raise ValueError(f"the tokenizer in {self.path} has no chat template")
-        self.model = AutoModelForCausalLM.from_pretrained(str(self.path)).to(device).eval()
+        loaded = AutoModelForCausalLM.from_pretrained(str(self.path))
+        # transformers declares `to` through @wraps(torch.nn.Module.to), which mypy reads as
+        # taking the model itself first: its hint, not the call, is wrong
+        self.model = loaded.to(device).eval()  # type: ignore[arg-type]
         self.device = device
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature  # for requests that name none (OpenAI's default is 1)
@@ -178,10 +182,20 @@ class LocalModel:
         return other
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        offered: list[dict[str, Any] | Callable[..., Any]] = list(tools)
         rendered = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, return_dict=True
+            messages, tools=offered or None, add_generation_prompt=True, return_dict=True
         )
+        if not isinstance(rendered, Mapping):  # return_dict: a BatchEncoding, whatever the hint
+            raise TypeError(f"the chat template rendered a {type(rendered).__name__}, not a dict")
         return list(rendered["input_ids"])
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """One token sequence decoded (a batch would decode to a list)."""
+        decoded = self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        if not isinstance(decoded, str):
+            raise TypeError(f"the tokenizer decoded one sequence as a {type(decoded).__name__}")
+        return decoded
 
     def generate(
         self,
@@ -229,7 +243,7 @@ class LocalModel:
 
     def parse(self, completion_ids: list[int]) -> Parsed:
         """Text, tool calls and reasoning from the generated tokens (the end token dropped)."""
-        text = self.tokenizer.decode(completion_ids, skip_special_tokens=False)
+        text = self.decode(completion_ids)
         for marker in (self.tokenizer.eos_token, self.tokenizer.pad_token):
             if marker:
                 text = text.replace(marker, "")
@@ -288,7 +302,7 @@ class LocalModel:
             choice["logprobs"] = {
                 "content": [
                     {
-                        "token": (piece := self.tokenizer.decode([t])),
+                        "token": (piece := self.decode([t])),
                         "logprob": lp,
                         "bytes": list(piece.encode()),
                         "top_logprobs": [],

@@ -66,8 +66,8 @@ def groups(
 ) -> list[Group]:
     """Group attempts (EpisodeRecords, episodes rows, samples: anything with the key and reward
     fields) and compute each group's advantages, in first-seen order."""
-    key_of = key if callable(key) else (lambda x: _field(x, key))  # type: ignore[arg-type]
-    reward_of = reward if callable(reward) else (lambda x: _field(x, reward))  # type: ignore[arg-type]
+    key_of = key if callable(key) else (lambda x: _field(x, key))
+    reward_of = reward if callable(reward) else (lambda x: _field(x, reward))
     by_key: dict[Hashable, Group] = {}
     for item in items:
         group = by_key.setdefault(key_of(item), Group(key_of(item), [], [], None))

@@ -101,8 +101,8 @@ def _counts(n: int, lo: float, hi: float) -> list[int]:
 def choose(attempts: list[Attempt], n: int, lo: float, hi: float) -> list[Attempt] | None:
     """N attempts with a positive count in the allowed range, or None if none can be formed."""
     scored = [a for a in attempts if not a.backfill]
-    positives = _ranked([a for a in scored if a.reward > 0])  # type: ignore[operator]
-    negatives = _ranked([a for a in scored if a.reward <= 0])  # type: ignore[operator]
+    positives = _ranked([a for a in scored if a.reward is not None and a.reward > 0])
+    negatives = _ranked([a for a in scored if a.reward is not None and a.reward <= 0])
     for p in _counts(n, lo, hi):
         if p <= len(positives) and n - p <= len(negatives):
             chosen = {id(a) for a in positives[:p] + negatives[: n - p]}

@@ -33,6 +33,10 @@ SUBMIT = "submit"
 ShellPolicy = Callable[[dict[str, Any]], str]
 
 
+def _difference(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
 @dataclass
 class Values:
     """Per-turn values of one episode. `values[t]` is V(t) for t = 0..T; `rewards[t]` the branch
@@ -50,8 +54,7 @@ class Values:
     def deltas(self) -> list[float | None]:
         """D(t) = V(t+1) - V(t): what the recorded action at turn t was worth."""
         v = self.values
-        return [None if v[t] is None or v[t + 1] is None else v[t + 1] - v[t]  # type: ignore[operator]
-                for t in range(self.turns)]  # fmt: skip
+        return [_difference(v[t + 1], v[t]) for t in range(self.turns)]
 
     @property
     def critical(self) -> int | None:

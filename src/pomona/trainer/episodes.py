@@ -41,8 +41,15 @@ class Turn:
     logprobs: list[float] | None = None
 
     @property
+    def tokens(self) -> tuple[list[int], list[int]] | None:
+        """(prompt ids, completion ids) when the upstream returned both, else None."""
+        if self.prompt_ids is None or self.completion_ids is None:
+            return None
+        return self.prompt_ids, self.completion_ids
+
+    @property
     def has_tokens(self) -> bool:
-        return self.prompt_ids is not None and self.completion_ids is not None
+        return self.tokens is not None
 
 
 @dataclass

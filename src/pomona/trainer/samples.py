@@ -80,13 +80,10 @@ class _Span:
 
 
 def _span(turn: Turn, tokenizer: Any) -> _Span:
-    if turn.has_tokens:
-        lp = (
-            turn.logprobs
-            if turn.logprobs and len(turn.logprobs) == len(turn.completion_ids)
-            else None
-        )
-        return _Span(turn, list(turn.prompt_ids), list(turn.completion_ids), lp, True)  # type: ignore[arg-type]
+    if turn.tokens is not None:
+        prompt_ids, completion_ids = turn.tokens
+        lp = turn.logprobs if turn.logprobs and len(turn.logprobs) == len(completion_ids) else None
+        return _Span(turn, list(prompt_ids), list(completion_ids), lp, True)
     if tokenizer is None:
         raise ValueError(
             f"call {turn.sequence} has no token ids from the upstream: give a tokenizer to "
@@ -116,17 +113,18 @@ def drift(episode: Episode, tokenizer: Any) -> dict[int, str]:
     messages, tools = episode.conversation()
     whole = render(tokenizer, messages, tools, False) if messages else []
     for turn in episode.turns:
-        if not turn.has_tokens:
+        if turn.tokens is None:
             continue
+        prompt_ids, completion_ids = turn.tokens
         alone = render(tokenizer, turn.messages, turn.tools, True)
-        if alone != turn.prompt_ids:
-            i = _common(alone, turn.prompt_ids)  # type: ignore[arg-type]
+        if alone != prompt_ids:
+            i = _common(alone, prompt_ids)
             found[turn.sequence] = (
                 f"call {turn.sequence}: its messages re-rendered differ from the prompt the model "
-                f"saw at token {i} of {len(turn.prompt_ids)}"  # type: ignore[arg-type]
+                f"saw at token {i} of {len(prompt_ids)}"
             )
             continue
-        seen = [*turn.prompt_ids, *turn.completion_ids]  # type: ignore[misc]
+        seen = [*prompt_ids, *completion_ids]
         if whole[: len(seen)] != seen:
             i = _common(whole, seen)
             found[turn.sequence] = (

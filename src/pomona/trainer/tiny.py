@@ -20,6 +20,10 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch and transformers load only when a model is made
+    from transformers import PreTrainedTokenizerFast
 
 SPECIAL = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"]
 MARKUP = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
@@ -78,7 +82,7 @@ def make_tokenizer(
     *,
     vocab_size: int = 2048,
     template: str = ROUND_TRIP,
-):
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on `texts` (plus a small base corpus) and save it,
     with `template` as its chat template, to `directory`. Returns the tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

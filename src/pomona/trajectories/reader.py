@@ -134,7 +134,8 @@ def read(directory: str | os.PathLike[str], table: str = "calls") -> pa.Table:
 
 
 def to_pandas(directory: str | os.PathLike[str], table: str = "calls") -> pandas.DataFrame:
-    return read(directory, table).to_pandas()
+    frame: pandas.DataFrame = read(directory, table).to_pandas()  # (pyarrow has no type hints)
+    return frame
 
 
 def to_datasets(directory: str | os.PathLike[str], table: str = "calls") -> datasets.Dataset:

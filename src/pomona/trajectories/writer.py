@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -37,8 +37,8 @@ class TrajectoryWriter:
         self.path: Path | None = None
         self.rows_written = 0
         self._lock = threading.Lock()
-        self._file: Any = None
-        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        # the open file and its stream writer, from the first batch on
+        self._stream: tuple[BinaryIO, pa.ipc.RecordBatchStreamWriter] | None = None
 
     def write(self, row: Mapping[str, Any]) -> None:
         """Append one row and flush it."""
@@ -53,20 +53,20 @@ class TrajectoryWriter:
         if batch.num_rows == 0:
             return
         with self._lock:
-            if self._writer is None:
-                self._open()
-            self._writer.write_batch(batch)
-            self._file.flush()
+            file, writer = self._stream or self._open()
+            writer.write_batch(batch)
+            file.flush()
             if self.durable:
-                os.fsync(self._file.fileno())
+                os.fsync(file.fileno())
             self.rows_written += batch.num_rows
 
     def close(self) -> None:
         with self._lock:
-            if self._writer is not None:
-                self._writer.close()  # writes the end-of-stream marker
-                self._file.close()
-                self._writer = self._file = None
+            if self._stream is not None:
+                file, writer = self._stream
+                writer.close()  # writes the end-of-stream marker
+                file.close()
+                self._stream = None
 
     def __enter__(self) -> TrajectoryWriter:
         return self
@@ -74,14 +74,16 @@ class TrajectoryWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self) -> None:
+    def _open(self) -> tuple[BinaryIO, pa.ipc.RecordBatchStreamWriter]:
         self.directory.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         name = f"{self.table}-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX}"
         self.path = self.directory / name
-        self._file = open(self.path, "xb")  # noqa: SIM115 - lives as long as the writer
-        self._writer = pa.ipc.new_stream(self._file, self.schema)
-        self._file.flush()
+        file = open(self.path, "xb")  # noqa: SIM115 - lives as long as the writer
+        writer = pa.ipc.new_stream(file, self.schema)
+        file.flush()
+        self._stream = (file, writer)
+        return self._stream
 
     def _check(self, row: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(row) - set(self.schema.names)

@@ -271,7 +271,8 @@ def tools_offered(body: Any) -> list[str]:
     names = []
     for tool in body.get("tools") or [] if isinstance(body, dict) else []:
         if isinstance(tool, dict):
-            fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            function = tool.get("function")
+            fn = function if isinstance(function, dict) else tool
             names.append(str(fn.get("name") or tool.get("type") or "?"))
     return names
 

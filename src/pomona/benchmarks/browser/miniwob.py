@@ -49,6 +49,10 @@ def _first(marks: list[Mark], pred: Callable[[Mark], bool], what: str) -> Mark:
     raise LookupError(f"no element on the page is {what}")
 
 
+def _with_text(marks: list[Mark], text: str) -> Mark:
+    return _first(marks, lambda m: m.text == text, repr(text))
+
+
 def _text_fields(marks: list[Mark]) -> list[Mark]:
     return [m for m in marks if m.typeable]
 
@@ -100,12 +104,15 @@ def solve_click_checkboxes(u: str, marks: list[Mark]) -> list[str]:
     wanted = re.match(r"Select (.*) and click Submit", u)
     names = [] if not wanted or wanted.group(1) == "nothing" else wanted.group(1).split(", ")
     boxes = [m for m in marks if m.type == "checkbox"]
-    picks = [_first(boxes, lambda m, n=n: m.text == n, repr(n)) for n in names]
+    picks = [_with_text(boxes, n) for n in names]
     return [*(f"Click [{m.index}]" for m in picks), _submit(marks)]
 
 
 def solve_click_tab(u: str, marks: list[Mark]) -> list[str]:
-    number = re.search(r"#(\d)", u).group(1)  # type: ignore[union-attr]
+    found = re.search(r"#(\d)", u)
+    if found is None:
+        raise LookupError(f"no tab number in the instruction {u!r}")
+    number = found.group(1)
     return [f"Click [{_first(marks, lambda m: m.text == f'Tab #{number}', 'the tab').index}]"]
 
 

@@ -133,8 +133,20 @@ def open_agent_episode(
     return run.link.open_episode(**fields)
 
 
-def judge_chat(run: BrowserRun, task: Task, agent_key: str, judge: str) -> Any:
-    """A chat function for one judge of one trajectory, recorded as its own proxy episode."""
+@dataclass(frozen=True)
+class JudgeChat:
+    """A judge's chat function, over its own recorded proxy episode (`key`)."""
+
+    base_url: str
+    model: str
+    key: str
+
+    def __call__(self, messages: list[dict[str, Any]], **params: Any) -> str:
+        return webvoyager.chat(self.base_url, self.model, messages, **params)
+
+
+def judge_chat(run: BrowserRun, task: Task, agent_key: str, judge: str) -> JudgeChat:
+    """The chat of one judge of one trajectory, recorded as its own proxy episode."""
     ep = run.link.open_episode(
         model=run.judge_model,
         metadata={
@@ -146,12 +158,7 @@ def judge_chat(run: BrowserRun, task: Task, agent_key: str, judge: str) -> Any:
             "judged_episode": agent_key,
         },
     )
-
-    def chat(messages: list[dict[str, Any]], **params: Any) -> str:
-        return webvoyager.chat(ep["base_url"], run.judge_model or "", messages, **params)
-
-    chat.key = ep["key"]  # type: ignore[attr-defined]
-    return chat
+    return JudgeChat(ep["base_url"], run.judge_model or "", ep["key"])
 
 
 def write_layouts(run: BrowserRun, task: Task, result: webvoyager.AgentResult) -> None:
@@ -212,6 +219,9 @@ def play_harness(
     """A real harness in the browser's sandbox, browsing through the MCP bridge; this thread
     serves its tool calls while another waits for the harness."""
     harness = get_harness(run.harness)
+    sandbox = session.sandbox
+    if sandbox is None:
+        raise RuntimeError("the browser session is not started: no sandbox to run the harness in")
     bridge = McpBridge(session, ended=lambda: suite.ended(session, task))
     try:
         server = bridge.install()
@@ -230,7 +240,7 @@ def play_harness(
         def play() -> None:
             try:
                 outcome["result"] = run_harness(
-                    harness, prompt, session.sandbox, model, run.link, timeout=run.timeout,
+                    harness, prompt, sandbox, model, run.link, timeout=run.timeout,
                     episode=ep, close=False, mcp=[server],
                 )  # fmt: skip
             except BaseException as e:  # noqa: BLE001 - reported on the serving thread

@@ -23,13 +23,18 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from pomona.benchmarks.claw import conversation, oracle_steps
 from pomona.benchmarks.claw.judge import Judge
 from pomona.benchmarks.task import Environment, Score, Task, VerifierError
+from pomona.orchestrator.sdk.client import Sandbox
+
+if TYPE_CHECKING:
+    from pomona.harnesses.proxy_link import ProxyLink
+    from pomona.harnesses.runner import HarnessResult
 
 DATA = Path(__file__).parents[1] / "data" / "qwenclawbench_local"
 PERFECT = 1 - 1e-9
@@ -116,7 +121,7 @@ def run_checks(
 
 @dataclass(frozen=True)
 class QwenScorer:
-    def collect(self, task: Task, sandbox: Any) -> dict[str, Any]:
+    def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
         return {"workspace_tar": sandbox.download_dir(task.environment.workdir)}
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
@@ -133,7 +138,9 @@ class QwenClawTask(Task):
     judge_verdict: float = 1.0
     simple_scoring: bool = False
 
-    def evaluate(self, sandbox: Any, run: Any = None, proxy: Any = None) -> Score:
+    def evaluate(
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+    ) -> Score:
         artifacts = self.scorer.collect(self, sandbox)
         if run is not None and proxy is not None:
             from pomona.gym.episode import read_calls

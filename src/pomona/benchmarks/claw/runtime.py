@@ -20,6 +20,7 @@ from typing import Any
 from pomona.benchmarks.task import VerifierError
 from pomona.harnesses.base import TOOLS_MOUNT
 from pomona.harnesses.mcp import McpServer
+from pomona.orchestrator.sdk.client import Sandbox
 
 HOME = "/opt/pomona-claw"  # root-owned: the programs, the task's tools, the admin token
 PYTHON = f"{TOOLS_MOUNT}/bin/pomona-python"  # the claw-eval payload: CPython + mcp + openai SDKs
@@ -66,7 +67,7 @@ def mcp_server() -> McpServer:
     )
 
 
-def proxy_inside(sandbox: Any) -> str:
+def proxy_inside(sandbox: Sandbox) -> str:
     """The proxy's root URL as seen from inside a gateway-mode sandbox (for the simulated user)."""
     address = getattr(sandbox.info.spec, "gateway_address", None)
     if not address:
@@ -87,7 +88,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 
 def install(
-    sandbox: Any,
+    sandbox: Sandbox,
     tools: list[Tool],
     fixtures: dict[str, Any],
     services: list[str],
@@ -114,7 +115,7 @@ def install(
         start(sandbox, services)
 
 
-def start(sandbox: Any, services: list[str]) -> None:
+def start(sandbox: Sandbox, services: list[str]) -> None:
     serve = shlex.join(
         [
             PYTHON,
@@ -147,7 +148,7 @@ def start(sandbox: Any, services: list[str]) -> None:
         raise RuntimeError(f"the mock services did not start: {result.stderr.strip()} {log}")
 
 
-def audit(sandbox: Any) -> dict[str, Any]:
+def audit(sandbox: Sandbox) -> dict[str, Any]:
     """Every service's audit, read as root. A service that is not answering is a ServiceDown."""
     dump = shlex.join(
         [

@@ -16,13 +16,32 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from pomona.benchmarks.claw.claw_eval import PASS_THRESHOLD
 from pomona.benchmarks.claw.qwenclawbench import PERFECT
 from pomona.benchmarks.metrics import pass_at_k, pass_hat_k
 
 Row = Mapping[str, Any]
+
+
+class ClawEvalFigures(TypedDict):
+    """One task's Claw-Eval figures over its (padded) trials."""
+
+    scores: list[float]
+    padded: int
+    avg_score: float
+    any_pass: bool  # Pass@3
+    all_pass: bool  # Pass^3
+    avg_pass: float
+
+
+class QwenClawFigures(TypedDict):
+    """One task's QwenClawBench figures over its valid runs."""
+
+    scores: list[float]
+    mean: float
+    perfect: int  # runs with a perfect score
 
 
 def _by_task(rows: Iterable[Row]) -> dict[str, list[Row]]:
@@ -38,7 +57,7 @@ def _valid(row: Row) -> bool:
 
 def claw_eval_report(rows: Iterable[Row], trials: int = 3) -> dict[str, Any]:
     """Claw-Eval's per-task and overall figures, with the official padding to `trials`."""
-    per_task = {}
+    per_task: dict[str, ClawEvalFigures] = {}
     padded_total = 0
     for task, task_rows in _by_task(rows).items():
         scores = [float(r["reward"]) for r in task_rows if _valid(r)][:trials]
@@ -54,23 +73,27 @@ def claw_eval_report(rows: Iterable[Row], trials: int = 3) -> dict[str, Any]:
             "all_pass": all(passes),
             "avg_pass": sum(passes) / trials,
         }
-    n = len(per_task)
-    mean = lambda key: sum(float(t[key]) for t in per_task.values()) / n if n else None  # noqa: E731
+    figures = per_task.values()
+
+    def mean(values: Iterable[float]) -> float | None:
+        return sum(values) / len(figures) if figures else None
+
     return {
         "tasks": per_task,
         "trials": trials,
         "padded_trials": padded_total,
-        "avg_score": mean("avg_score"),
-        "pass_at_3": mean("any_pass"),
-        "pass_hat_3": mean("all_pass"),
-        "avg_pass": mean("avg_pass"),
+        "avg_score": mean(t["avg_score"] for t in figures),
+        "pass_at_3": mean(t["any_pass"] for t in figures),
+        "pass_hat_3": mean(t["all_pass"] for t in figures),
+        "avg_pass": mean(t["avg_pass"] for t in figures),
     }
 
 
 def qwenclawbench_report(rows: Iterable[Row], ks: Iterable[int] = (1,)) -> dict[str, Any]:
     """QwenClawBench's headline, pass@k / pass^k on perfect runs, and strict accuracy. Runs
     that did not run (infra failures) are left out and counted."""
-    per_task, infra = {}, 0
+    per_task: dict[str, QwenClawFigures] = {}
+    infra = 0
     for task, task_rows in _by_task(rows).items():
         valid = [float(r["reward"]) for r in task_rows if _valid(r)]
         infra += len(task_rows) - len(valid)

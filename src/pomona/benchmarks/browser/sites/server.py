@@ -147,7 +147,9 @@ class Shop(Site):
     def products(self) -> list[dict]:
         return self.data["products"]
 
-    def route(self, method, path, query, form):
+    def route(
+        self, method: str, path: str, query: dict[str, str], form: dict[str, str]
+    ) -> tuple[int, str, str | None]:
         if method == "POST" and path in ("/cart/add", "/cart/remove"):
             pid = form.get("id", "")
             if pid not in {p["id"] for p in self.products()}:
@@ -274,7 +276,9 @@ class Recipes(Site):
         ("reviews", "Most reviewed"),
     ]
 
-    def route(self, method, path, query, form):
+    def route(
+        self, method: str, path: str, query: dict[str, str], form: dict[str, str]
+    ) -> tuple[int, str, str | None]:
         recipes = self.data["recipes"]
         if path == "/":
             cuisines = sorted({r["cuisine"] for r in recipes})
@@ -353,7 +357,9 @@ class Recipes(Site):
 class Dictionary(Site):
     name, title = "dictionary", "Pomona Dictionary"
 
-    def route(self, method, path, query, form):
+    def route(
+        self, method: str, path: str, query: dict[str, str], form: dict[str, str]
+    ) -> tuple[int, str, str | None]:
         words = self.data["words"]
         if path == "/":
             letters = sorted({w["word"][0].upper() for w in words})
@@ -445,7 +451,9 @@ class Search(Site):
         ]
         return docs
 
-    def route(self, method, path, query, form):
+    def route(
+        self, method: str, path: str, query: dict[str, str], form: dict[str, str]
+    ) -> tuple[int, str, str | None]:
         if path == "/":
             return (
                 200,
@@ -467,7 +475,9 @@ class Search(Site):
         return 404, self.page("Not found", "<main>Page not found.</main>"), None
 
 
-def make_handler(sites: dict[str, Site], state: State, miniwob: Path | None):
+def make_handler(
+    sites: dict[str, Site], state: State, miniwob: Path | None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 

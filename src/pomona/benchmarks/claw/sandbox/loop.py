@@ -18,20 +18,29 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from openai import OpenAI
+
+if TYPE_CHECKING:  # names only: the payload's openai need not have these modules
+    from openai.types.chat import (
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionMessageFunctionToolCallParam,
+        ChatCompletionMessageParam,
+        ChatCompletionToolParam,
+    )
 
 SYSTEM = (
     "You are a personal assistant acting for the user through the tools you are given. "
     "Look things up before you act, act only as the user asked, and finish with a short "
     "answer to the user that states what you found and what you did."
 )
-SHELL = {
+SHELL: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "shell",
@@ -59,7 +68,7 @@ class Trace:
         self.file.flush()
 
 
-def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+def blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A chat message as Claw-Eval's content blocks (text, tool_use, tool_result)."""
     out: list[dict[str, Any]] = []
     if message.get("role") == "tool":
@@ -87,7 +96,11 @@ class Tools:
     """MCP tools (by name) plus the shell tool."""
 
     def __init__(self, workdir: str):
-        self.workdir, self.sessions, self.schemas = workdir, {}, [SHELL]
+        self.workdir = workdir
+        self.sessions: dict[
+            str, tuple[ClientSession, str, str]
+        ] = {}  # tool -> (session, its name, server)
+        self.schemas: list[ChatCompletionToolParam] = [SHELL]
 
     async def connect(self, stack: AsyncExitStack, servers: dict[str, Any]) -> None:
         for name, spec in servers.items():
@@ -138,7 +151,7 @@ async def run(args: argparse.Namespace) -> str:
     trace = Trace(Path(args.trace), str(uuid.uuid4()))
     trace.write("trace_start", task_id=args.task_id, model=args.model)
     client = OpenAI(base_url=args.base_url, api_key="sk-pomona", max_retries=2)
-    messages: list[dict[str, Any]] = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": args.prompt},
     ]
@@ -157,22 +170,27 @@ async def run(args: argparse.Namespace) -> str:
                 .choices[0]
                 .message
             )
-            message = {"role": "assistant", "content": reply.content or ""}
-            if reply.tool_calls:
-                message["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.function.name, "arguments": c.function.arguments},
-                    }
-                    for c in reply.tool_calls
-                ]
+            calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in reply.tool_calls or []
+                if c.type == "function"  # the only tools this loop offers
+            ]
+            message: ChatCompletionAssistantMessageParam = {
+                "role": "assistant",
+                "content": reply.content or "",
+            }
+            if calls:
+                message["tool_calls"] = calls
             messages.append(message)
             trace.write("message", message={"role": "assistant", "content": blocks(message)})
-            if not reply.tool_calls:
+            if not calls:
                 final = reply.content or ""
                 break
-            for call in message["tool_calls"]:
+            for call in calls:
                 try:
                     call_args = json.loads(call["function"]["arguments"] or "{}")
                 except ValueError:

@@ -57,7 +57,8 @@ class SimulatedUser:
     earlier answers its replies, so a scripted user steps through its script statelessly."""
 
     def __init__(self, spec: dict[str, Any]):
-        self.spec, self.turns, self.base = spec, [], ""
+        self.spec, self.base = spec, ""
+        self.turns: list[tuple[str, str]] = []  # (the agent's question, the user's answer)
 
     def ask(self, question: str) -> str:
         if len(self.turns) >= int(self.spec.get("max_rounds", 3)):
