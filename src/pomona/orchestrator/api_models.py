@@ -38,7 +38,7 @@ class CreateSandboxRequest(SandboxSpec):
     onto `limits`, null for "the default", and its `timeout` (how long to wait for readiness; a
     create here answers once the sandbox is ready) does not become the TTL."""
 
-    sandbox_id: str | None = Field(None, description="client-chosen id: a retried create is a no-op")
+    sandbox_id: str | None = Field(default=None, description="client-chosen id: a retried create is a no-op")
 
     @model_validator(mode="before")
     @classmethod
@@ -119,9 +119,9 @@ class ExecBody(ExecRequest):
     (Orchard's SDK sends every optional field, unset ones as null)."""
 
     model_config = ConfigDict(extra="forbid")
-    wait: bool = Field(False, description="answer with the finished job instead of its id")
+    wait: bool = Field(default=False, description="answer with the finished job instead of its id")
     idempotency_key: str | None = Field(
-        None, max_length=200, description="or the Idempotency-Key header: a retry with the same "
+        default=None, max_length=200, description="or the Idempotency-Key header: a retry with the same "
                                           "key returns the same job and never runs the command twice")
 
     @model_validator(mode="before")
@@ -183,7 +183,7 @@ class FileUpload(Request):
     model_config = ConfigDict(extra="forbid")
     path: str = Field(min_length=1)
     content: str = Field(description="base64")
-    mode: int = Field(0o644, ge=0, le=0o7777)
+    mode: int = Field(default=0o644, ge=0, le=0o7777)
 
 
 class FileWritten(BaseModel):
@@ -212,7 +212,7 @@ class PatchBody(Request):
     model_config = ConfigDict(extra="forbid")
     patch: str
     cwd: str | None = None
-    timeout_seconds: float = Field(60, gt=0, le=3600)
+    timeout_seconds: float = Field(default=60, gt=0, le=3600)
 
 
 class PatchView(PatchResult):
@@ -223,14 +223,14 @@ class PatchView(PatchResult):
 
 class SnapshotBody(Request):
     model_config = ConfigDict(extra="forbid")
-    snapshot_id: str | None = Field(None, description="client-chosen: a retried snapshot is a no-op")
+    snapshot_id: str | None = Field(default=None, description="client-chosen: a retried snapshot is a no-op")
 
 
 class ForkBody(Request):
     model_config = ConfigDict(extra="forbid")
     k: int = Field(ge=1, le=256)
     labels: dict[str, str] = Field(default_factory=dict)
-    sandbox_ids: list[str] | None = Field(None, description="client-chosen ids, one per branch")
+    sandbox_ids: list[str] | None = Field(default=None, description="client-chosen ids, one per branch")
 
 
 class SnapshotDeleted(BaseModel):

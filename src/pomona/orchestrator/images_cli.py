@@ -30,7 +30,7 @@ def layers_in_use(runtime: Any) -> set[str]:
     return used
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000:
             return f"{n:.0f} {unit}"

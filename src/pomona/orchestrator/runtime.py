@@ -8,6 +8,7 @@ create, TTLs, output collection, apply_patch, listing by label — lives once in
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
@@ -75,7 +76,7 @@ class Runtime(Protocol):
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None: ...
 
-    async def list_files(self, sandbox_id: str, path: str) -> list[FileInfo]: ...
+    async def list_files(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]: ...
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo: ...
 
@@ -91,7 +92,7 @@ class Runtime(Protocol):
 
     async def delete_snapshot(self, snapshot_id: str) -> bool: ...
 
-    async def list_snapshots(self) -> list[SnapshotInfo]: ...
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]: ...
 
     async def open_connection(
         self, sandbox_id: str, port: int

@@ -102,10 +102,10 @@ class Limits(Request):
     """Resource limits. None means unlimited (beyond what the machine has)."""
 
     model_config = ConfigDict(extra="forbid")
-    cpu: float | None = Field(None, ge=0.01, le=4096, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
-    memory: int | None = Field(None, gt=4 * 2**20, le=2**60, description="bytes; '512Mi' is accepted")
-    pids: int | None = Field(None, ge=8, le=4194304, description="max processes and threads")
-    disk: int | None = Field(None, gt=2**20, le=2**60, description="bytes of writable layer; '1Gi' is accepted")
+    cpu: float | None = Field(default=None, ge=0.01, le=4096, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
+    memory: int | None = Field(default=None, gt=4 * 2**20, le=2**60, description="bytes; '512Mi' is accepted")
+    pids: int | None = Field(default=None, ge=8, le=4194304, description="max processes and threads")
+    disk: int | None = Field(default=None, gt=2**20, le=2**60, description="bytes of writable layer; '1Gi' is accepted")
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
@@ -161,12 +161,12 @@ class SandboxSpec(Request):
     """What a sandbox is made of. Creating the same id twice with the same spec is a no-op."""
 
     model_config = ConfigDict(extra="forbid")
-    image: str = Field("host", description='"host" (the host root, read-only) or an OCI image reference')
+    image: str = Field(default="host", description='"host" (the host root, read-only) or an OCI image reference')
     network: NetworkMode = NetworkMode.none
     gateway: str | None = Field(
-        None, description="host:port reachable in gateway mode, at 127.0.0.1:<port> inside")
+        default=None, description="host:port reachable in gateway mode, at 127.0.0.1:<port> inside")
     limits: Limits = Field(default_factory=Limits)
-    timeout: float | None = Field(3600, gt=0, description="TTL in seconds; heartbeats extend it")
+    timeout: float | None = Field(default=3600, gt=0, description="TTL in seconds; heartbeats extend it")
     labels: dict[str, str] = Field(default_factory=dict)
     user: Literal["pomona", "root"] = "pomona"
     env: dict[str, str] = Field(default_factory=dict)
@@ -210,7 +210,7 @@ class SandboxInfo(BaseModel):
     spec: SandboxSpec
     created_at: float
     expires_at: float | None = None
-    snapshot: str | None = Field(None, description="the snapshot this sandbox was forked from")
+    snapshot: str | None = Field(default=None, description="the snapshot this sandbox was forked from")
     message: str | None = None
 
 
@@ -220,10 +220,10 @@ class ExecRequest(Request):
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     stdin: str | None = None
-    timeout: float | None = Field(300, gt=0)
+    timeout: float | None = Field(default=300, gt=0)
     login_shell: bool = False
     user: Literal["pomona", "root"] | None = None
-    output_cap: int = Field(DEFAULT_OUTPUT_CAP, ge=0, description="bytes kept per stream")
+    output_cap: int = Field(default=DEFAULT_OUTPUT_CAP, ge=0, description="bytes kept per stream")
 
     @field_validator("env")
     @classmethod
@@ -244,24 +244,30 @@ class ExecResult(BaseModel):
     stderr: str = ""
     duration: float = 0.0
     timed_out: bool = False
-    truncated: bool = Field(False, description="stdout or stderr went past the cap and was cut")
+    truncated: bool = Field(default=False, description="stdout or stderr went past the cap and was cut")
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
 
+StreamName = Literal["stdout", "stderr"]
+
+
 class ExecChunk(BaseModel):
     """One piece of streamed output; the last event of a stream is the result instead."""
 
-    stream: Literal["stdout", "stderr"]
+    stream: StreamName
     data: str
+
+
+FileType = Literal["file", "directory", "symlink", "other"]
 
 
 class FileInfo(BaseModel):
     name: str
     path: str
-    type: Literal["file", "directory", "symlink", "other"]
+    type: FileType
     size: int
     mode: int
     modified: float
@@ -269,7 +275,7 @@ class FileInfo(BaseModel):
 
 class PatchResult(BaseModel):
     success: bool
-    method: str | None = Field(None, description="which strategy applied it")
+    method: str | None = Field(default=None, description="which strategy applied it")
     stdout: str = ""
     stderr: str = ""
     error: str | None = None

@@ -150,13 +150,13 @@ class EpisodeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    key: str | None = Field(None, pattern=KEY_PATTERN)
+    key: str | None = Field(default=None, pattern=KEY_PATTERN)
     model: str | None = None
     script: str | list[str | list[str]] | None = None
     final: str = "done"
     metadata: dict[str, Any] | None = None
     tool_less_calls: Literal["side", "main"] = "side"
-    policy_timeout: float | None = Field(None, gt=0)
+    policy_timeout: float | None = Field(default=None, gt=0)
 
     @field_validator("metadata")
     @classmethod
@@ -193,7 +193,7 @@ class EpisodeOutcome(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reward: float | None = Field(None, allow_inf_nan=False)
+    reward: float | None = Field(default=None, allow_inf_nan=False)
     resolved: bool | None = None
     failure_kind: Literal[FAILURE_KINDS] = "none"  # type: ignore[valid-type]
     failure_message: str | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pomona.orchestrator.types import Limits
@@ -118,7 +119,7 @@ def remove_group(group: str, root: Path = ROOT) -> None:
             parent.rmdir()
 
 
-def preexec_joiner(procs_files: list[str]):
+def preexec_joiner(procs_files: list[str]) -> Callable[[], None]:
     """A preexec_fn that moves the new child into the cgroup before it can fork anything."""
     encoded = [os.fsencode(p) for p in procs_files]
 

@@ -30,16 +30,23 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, TypeVar
 
 import httpx
 
 from pomona import progress
 from pomona.errors import ImageNotFound, InvalidRequest
 from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+    from docker.models.images import Image as EngineImage
+
+T = TypeVar("T")
+BinaryReader = IO[bytes] | io.BufferedIOBase  # a layer's bytes (gzip's reader is no typing.IO)
 
 REGISTRY_DEADLINE = 3600.0  # one layer's download
 MANIFEST_TYPES = ", ".join([
@@ -210,7 +217,7 @@ class ImageStore:
             return manifest["Layers"], member(manifest["Config"]).read()
         if "index.json" in names:  # OCI image layout
             index = json.load(member("index.json"))
-            desc = self._pick(index["manifests"], lambda d: json.load(member(_blob(d))))
+            desc = self._pick(index["manifests"])
             manifest = json.load(member(_blob(desc)))
             return ([_blob(layer) for layer in manifest["layers"]],
                     member(_blob(manifest["config"])).read())
@@ -229,7 +236,7 @@ class ImageStore:
             self._unpack(diff_id, open_layer)
         return self._image(ref, config, _config_digest(raw))
 
-    def _engine_image(self, ref: str):
+    def _engine_image(self, ref: str) -> EngineImage | None:
         """The engine's image object for `ref`, or None when there is no engine or no image."""
         try:
             import docker
@@ -275,7 +282,7 @@ class ImageStore:
         return self._with_registry(ref, lambda http, ref, name, tag: self._manifest(
             http, name, tag)["config"]["digest"])
 
-    def _with_registry(self, ref: str, call):
+    def _with_registry(self, ref: str, call: Callable[[httpx.Client, str, str, str], T]) -> T:
         host = registry_host(ref)
         if host is None:
             raise ImageNotFound(f"{ref!r} names no registry host (write e.g. localhost:5000/name:tag)")
@@ -307,7 +314,7 @@ class ImageStore:
     def _manifest(self, http: httpx.Client, name: str, tag: str) -> dict:
         manifest = self._get(http, f"{name}/manifests/{tag}", MANIFEST_TYPES).json()
         if "manifests" in manifest:
-            desc = self._pick(manifest["manifests"], None)
+            desc = self._pick(manifest["manifests"])
             manifest = self._get(http, f"{name}/manifests/{desc['digest']}", MANIFEST_TYPES).json()
         return manifest
 
@@ -353,7 +360,7 @@ class ImageStore:
         return data.get("token") or data.get("access_token")
 
     @staticmethod
-    def _pick(manifests: list[dict], _load) -> dict:
+    def _pick(manifests: list[dict]) -> dict:
         for desc in manifests:
             platform = desc.get("platform") or {}
             if platform.get("os", "linux") == "linux" and platform.get("architecture", "amd64") == "amd64":
@@ -369,7 +376,7 @@ class ImageStore:
     def _layer_dir(self, diff_id: str) -> Path:
         return self.root / "layers" / diff_id.split(":")[-1]
 
-    def _unpack(self, diff_id: str, open_layer) -> None:
+    def _unpack(self, diff_id: str, open_layer: Callable[[], IO[bytes]]) -> None:
         target = self._layer_dir(diff_id)
         if target.exists():
             return
@@ -401,13 +408,13 @@ def _blob(desc: dict) -> str:
     return f"blobs/{algo}/{digest}"
 
 
-def _decompressed(raw: IO[bytes]) -> IO[bytes]:
+def _decompressed(raw: IO[bytes]) -> BinaryReader:
     head = raw.read(2)
     raw.seek(0) if raw.seekable() else None
     if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw)
     if not raw.seekable():
-        return io.BufferedReader(_Prefixed(head, raw))  # type: ignore[arg-type]
+        return io.BufferedReader(_Prefixed(head, raw))
     return raw
 
 
@@ -418,10 +425,11 @@ class _Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        data = self.head or self.rest.read(len(buffer))
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer)
+        data = self.head or self.rest.read(len(view))
         self.head = b""
-        buffer[: len(data)] = data
+        view[: len(data)] = data
         return len(data)
 
 
@@ -433,7 +441,7 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def _extract_layer(stream: IO[bytes], dest: Path) -> None:
+def _extract_layer(stream: BinaryReader, dest: Path) -> None:
     """Unpack one layer tar, turning OCI whiteouts into overlayfs ones."""
     opaque: list[Path] = []
     with tarfile.open(fileobj=stream, mode="r|*") as tar:

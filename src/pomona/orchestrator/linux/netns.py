@@ -18,7 +18,8 @@ from pomona.orchestrator.linux.syscalls import CLONE_NEWNET, setns
 
 
 def socket_in_netns(netns_path: str, family: int = socket.AF_INET) -> socket.socket:
-    box: dict[str, object] = {}
+    made: list[socket.socket] = []
+    failed: list[BaseException] = []  # handed to the caller's thread
 
     def make() -> None:
         try:
@@ -27,19 +28,20 @@ def socket_in_netns(netns_path: str, family: int = socket.AF_INET) -> socket.soc
                 setns(fd, CLONE_NEWNET)
             finally:
                 os.close(fd)
-            box["sock"] = socket.socket(family, socket.SOCK_STREAM)
-        except BaseException as e:  # handed to the caller's thread
-            box["error"] = e
+            made.append(socket.socket(family, socket.SOCK_STREAM))
+        except BaseException as e:
+            failed.append(e)
 
     thread = threading.Thread(target=make, name="pomona-netns")
     thread.start()
     thread.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["sock"]  # type: ignore[return-value]
+    if failed:
+        raise failed[0]
+    return made[0]
 
 
-async def open_connection_in(netns_path: str, port: int, host: str = "127.0.0.1"):
+async def open_connection_in(
+        netns_path: str, port: int, host: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     sock = socket_in_netns(netns_path)
     sock.setblocking(False)
     try:

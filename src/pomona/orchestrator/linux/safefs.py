@@ -24,7 +24,7 @@ from pomona.errors import (
     TooLarge,
 )
 from pomona.orchestrator.linux.syscalls import open_in_root
-from pomona.orchestrator.types import FileInfo, check_text
+from pomona.orchestrator.types import FileInfo, FileType, check_text
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Opening a FIFO without O_NONBLOCK waits for a writer forever; a tty could become ours
@@ -249,7 +249,7 @@ class SandboxFS:
 
 
 def _info(name: str, path: str, st: os.stat_result) -> FileInfo:
-    kind = ("directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
+    kind: FileType = ("directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
             else "symlink" if stat.S_ISLNK(st.st_mode) else "other")
     return FileInfo(name=name, path=path, type=kind, size=st.st_size,
                     mode=stat.S_IMODE(st.st_mode), modified=st.st_mtime)

@@ -9,6 +9,7 @@ import asyncio
 import codecs
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import struct
@@ -17,9 +18,9 @@ import termios
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import IO, Protocol
 
-from pomona.orchestrator.types import ExecChunk, ExecResult
+from pomona.orchestrator.types import ExecChunk, ExecResult, StreamName
 
 # After the command exits, output still held open by its background children is read for this
 # long, then left behind: a `cmd &` must not turn into a hung exec.
@@ -51,9 +52,9 @@ class OutputCollector:
     """Keeps at most `cap` bytes per stream and remembers whether anything was cut."""
 
     def __init__(self, cap: int):
-        self.streams = {"stdout": _Stream(cap), "stderr": _Stream(cap)}
+        self.streams: dict[StreamName, _Stream] = {"stdout": _Stream(cap), "stderr": _Stream(cap)}
 
-    def feed(self, stream: str, data: bytes) -> ExecChunk | None:
+    def feed(self, stream: StreamName, data: bytes) -> ExecChunk | None:
         text = self.streams[stream].feed(data)
         return ExecChunk(stream=stream, data=text) if text else None
 
@@ -66,14 +67,17 @@ class OutputCollector:
             truncated=out.truncated or err.truncated)
 
 
-END = ("", None)  # the last item a command puts on its queue: no more output
+# What a command's queue carries: pieces of output, then END. Data None is the end (its stream
+# name means nothing).
+Output = tuple[StreamName, bytes | None]
+END: Output = ("stdout", None)
 
 
 class Command(Protocol):
     """A started command, whatever runs it. Runtimes adapt their process to this and get the
     exec semantics below for free."""
 
-    queue: asyncio.Queue[tuple[str, bytes | None]]  # ("stdout"|"stderr", data), then END
+    queue: asyncio.Queue[Output]
 
     async def wait(self) -> int:
         """The exit code; -N when killed by signal N."""
@@ -148,7 +152,7 @@ class LocalCommand:
 
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
-        self.queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self.queue: asyncio.Queue[Output] = asyncio.Queue(maxsize=QUEUE_LIMIT)
         self._tasks: list[asyncio.Task] = []
         self._transports: list[asyncio.BaseTransport] = []
 
@@ -156,18 +160,20 @@ class LocalCommand:
     async def start(cls, proc: subprocess.Popen) -> LocalCommand:
         self = cls(proc)
         loop = asyncio.get_running_loop()
-        readers = []
-        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+        readers: list[tuple[StreamName, asyncio.StreamReader]] = []
+        pipes: tuple[tuple[StreamName, IO[bytes] | None], ...] = (
+            ("stdout", proc.stdout), ("stderr", proc.stderr))
+        for name, pipe in pipes:
             reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
             transport, _ = await loop.connect_read_pipe(
-                lambda r=reader: asyncio.StreamReaderProtocol(r, loop=loop), pipe)
+                functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop), pipe)
             self._transports.append(transport)
             readers.append((name, reader))
         self._tasks.append(asyncio.create_task(self._pump(readers)))
         return self
 
-    async def _pump(self, readers: list[tuple[str, asyncio.StreamReader]]) -> None:
-        async def one(name: str, reader: asyncio.StreamReader) -> None:
+    async def _pump(self, readers: list[tuple[StreamName, asyncio.StreamReader]]) -> None:
+        async def one(name: StreamName, reader: asyncio.StreamReader) -> None:
             while data := await reader.read(READ_SIZE):
                 await self.queue.put((name, data))
         try:
@@ -200,13 +206,19 @@ async def wait_pid_exit(pid: int) -> None:
     except ProcessLookupError:
         return
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    done: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _settle, done)
     try:
         await done
     finally:
         loop.remove_reader(fd)
         os.close(fd)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    """A reader callback: the fd became readable (it may fire again before the waiter runs)."""
+    if not future.done():
+        future.set_result(None)
 
 
 def _feed(proc: subprocess.Popen, data: bytes | None) -> None:
@@ -230,8 +242,8 @@ class ProcessPty:
 
     async def read(self, timeout: float | None = None) -> bytes:
         loop = asyncio.get_running_loop()
-        ready = loop.create_future()
-        loop.add_reader(self.master, lambda: ready.done() or ready.set_result(None))
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(self.master, _settle, ready)
         try:
             await asyncio.wait_for(ready, timeout)
         except TimeoutError:

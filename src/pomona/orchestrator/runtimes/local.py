@@ -11,6 +11,7 @@ into an immutable layer; fork stacks that layer under a fresh upper: O(1), nothi
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -22,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -64,6 +65,7 @@ from pomona.orchestrator.types import (
     NetworkMode,
     SandboxInfo,
     SandboxSpec,
+    SandboxStatus,
     SnapshotInfo,
 )
 
@@ -89,7 +91,7 @@ class _Record:
     created_at: float
     lowers: list[str]
     image_env: dict[str, str]
-    status: str = "creating"
+    status: SandboxStatus = "creating"
     owner_pid: int = 0
     owner_start: int = 0
     init_pid: int = 0
@@ -623,7 +625,7 @@ class LocalRuntime:
         return live
 
     @contextlib.contextmanager
-    def _namespaces(self, live: _Live, names: tuple[str, ...]):
+    def _namespaces(self, live: _Live, names: tuple[str, ...]) -> Iterator[dict[str, int]]:
         """Open the idle process's namespace files (and root, cwd), then check through the pidfd
         that it has not exited: a recycled pid can never lead into another sandbox."""
         fds: dict[str, int] = {}
@@ -674,7 +676,7 @@ class LocalRuntime:
                 raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
 
     @staticmethod
-    def _start(live: _Live, argv: list[str], env: dict[str, str], fds: tuple[int, ...], stdin: bool,
+    def _start(live: _Live, argv: builtins.list[str], env: dict[str, str], fds: tuple[int, ...], stdin: bool,
                terminal: int | None) -> subprocess.Popen:
         fds = (*fds, seccomp.shared_fd())
         if terminal is not None:
@@ -728,7 +730,7 @@ class LocalRuntime:
     async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None:
         await asyncio.to_thread(self._get(sandbox_id).fs.write, path, data, mode)
 
-    async def list_files(self, sandbox_id: str, path: str) -> list[FileInfo]:
+    async def list_files(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
         return await asyncio.to_thread(self._get(sandbox_id).fs.list, path)
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
@@ -771,7 +773,7 @@ class LocalRuntime:
         (target / "snapshot.json").write_text(json.dumps(data))
         return info
 
-    async def list_snapshots(self) -> list[SnapshotInfo]:
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]:
         found = []
         for path in (self.state / "snapshots").glob("*/snapshot.json"):
             with contextlib.suppress(OSError, ValueError):
@@ -798,7 +800,8 @@ class LocalRuntime:
 
     # -- network ------------------------------------------------------------------------------
 
-    async def open_connection(self, sandbox_id: str, port: int):
+    async def open_connection(
+            self, sandbox_id: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         live = self._get(sandbox_id)
         with self._namespaces(live, ("net",)) as fds:
             return await open_connection_in(f"/proc/self/fd/{fds['net']}", port)

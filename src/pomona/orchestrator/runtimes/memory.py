@@ -53,10 +53,11 @@ from pomona.orchestrator.types import (
     FileInfo,
     SandboxInfo,
     SandboxSpec,
+    SandboxStatus,
     SnapshotInfo,
+    StreamName,
 )
 
-Stream = Literal["stdout", "stderr"]
 Handler = Callable[["Command"], Awaitable[int]]
 
 
@@ -85,7 +86,7 @@ class MemorySandbox:
         self.failed = reason
 
     def info(self, runtime: str) -> SandboxInfo:
-        status = "failed" if self.failed else "ready"
+        status: SandboxStatus = "failed" if self.failed else "ready"
         message = f"the sandbox: {self.failed}" if self.failed else None
         return SandboxInfo(
             id=self.id,
@@ -157,7 +158,7 @@ class Command:
     sandbox: MemorySandbox
     request: ExecRequest
     stdin: asyncio.StreamReader
-    output: asyncio.Queue[tuple[str, bytes | None]]
+    output: asyncio.Queue[execution.Output]
     terminal: tuple[int, int] | None = None  # rows, cols on a terminal (open_pty)
 
     @property
@@ -166,7 +167,7 @@ class Command:
         command = self.request.command
         return command if isinstance(command, str) else shlex.join(command)
 
-    async def write(self, data: str | bytes, stream: Stream = "stdout") -> None:
+    async def write(self, data: str | bytes, stream: StreamName = "stdout") -> None:
         """Output of the command; on a terminal stdout and stderr are one stream, as on a tty."""
         raw = data.encode() if isinstance(data, str) else data
         if raw:

@@ -16,6 +16,7 @@ Invariants (the fault tests check them):
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import secrets
@@ -336,7 +337,7 @@ class Coordinator:
         self._locks.pop(sandbox_id, None)
         return True
 
-    async def reap(self) -> list[str]:
+    async def reap(self) -> builtins.list[str]:
         """Delete every sandbox whose TTL ran out without a heartbeat."""
         reaped = []
         admin = Principal("reaper", admin=True)
@@ -525,6 +526,7 @@ class Coordinator:
                     return
 
     async def job(self, who: Principal, job_id: str) -> JobRecord:
+        job: JobRecord | None
         if live := self._jobs.get(job_id):
             job = live.record
         else:
@@ -681,7 +683,7 @@ class Coordinator:
             raise SnapshotNotFound.of(snapshot_id)
         return found
 
-    async def list_snapshots(self, who: Principal) -> list[SnapshotInfo]:
+    async def list_snapshots(self, who: Principal) -> builtins.list[SnapshotInfo]:
         return [
             s
             for s in await self.service.list_snapshots()
@@ -703,8 +705,8 @@ class Coordinator:
         snapshot_id: str,
         k: int,
         labels: dict[str, str],
-        ids: list[str] | None,
-    ) -> list[SandboxRecord]:
+        ids: builtins.list[str] | None,
+    ) -> builtins.list[SandboxRecord]:
         """k sandboxes from one snapshot, each with its lease; all or nothing."""
         snapshot = await self._snapshot(who, snapshot_id)
         if ids is not None and len(ids) != k:
@@ -720,4 +722,4 @@ class Coordinator:
                 if isinstance(r, SandboxRecord):
                     await self.delete(who, r.id)
             raise failures[0]
-        return list(results)  # type: ignore[arg-type]
+        return [r for r in results if not isinstance(r, BaseException)]

@@ -138,8 +138,8 @@ async def internal_error(request: Request, e: Exception) -> JSONResponse:
     return _answer(request, 500, "InternalError", f"{type(e).__name__}: {e}")
 
 
-def _store_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [sqlite3.OperationalError]
+def _store_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [sqlite3.OperationalError]
     with contextlib.suppress(ImportError):
         import redis.exceptions
 

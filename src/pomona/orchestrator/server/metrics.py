@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import (
@@ -27,8 +26,11 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import Counter as CounterMetric
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pomona.errors import Overloaded, PermissionDenied, PomonaError
+from pomona.errors import Overloaded, PermissionDenied
+from pomona.orchestrator.server.coordinator import Coordinator
+from pomona.orchestrator.server.errors import pomona_error
 from pomona.orchestrator.server.state import ServiceState
 
 OPERATIONS = {
@@ -43,7 +45,7 @@ OPERATIONS = {
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 
 
-def operation_of(scope: dict[str, Any]) -> str | None:
+def operation_of(scope: Scope) -> str | None:
     route = scope.get("route")
     return OPERATIONS.get((scope.get("method", ""), getattr(route, "path", "")))
 
@@ -66,15 +68,15 @@ class ServiceMetrics:
 class _Timer:
     """ASGI middleware: the time of each request of a named operation, by status class."""
 
-    def __init__(self, app: Any, metrics: ServiceMetrics):
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics):
         self.app, self.metrics = app, metrics
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start, status = time.perf_counter(), 500
 
-        async def send_status(message: dict) -> None:
+        async def send_status(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -90,13 +92,13 @@ class _Timer:
                 )
 
 
-def instrument(app: FastAPI, coordinator: Any) -> ServiceMetrics:
+def instrument(app: FastAPI, coordinator: Coordinator) -> ServiceMetrics:
     """Add `/metrics`, the operation timer and the admission-rejection count to the service."""
     metrics = ServiceMetrics()
 
-    async def overloaded(request: Request, error: Overloaded) -> Response:
+    async def overloaded(request: Request, error: Exception) -> Response:
         metrics.rejections.labels(operation_of(request.scope) or "other").inc()
-        return await app.exception_handlers[PomonaError](request, error)
+        return await pomona_error(request, error)
 
     app.add_exception_handler(Overloaded, overloaded)
 

@@ -20,6 +20,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from pomona.errors import AuthenticationRequired, PermissionDenied, PomonaError, SandboxNotFound
+from pomona.orchestrator.runtime import Pty
 from pomona.orchestrator.server.coordinator import Coordinator, Principal
 from pomona.orchestrator.types import ExecRequest
 
@@ -121,7 +122,7 @@ async def pty_session(
         await pty.close()
 
 
-async def _pty_output(websocket: WebSocket, pty) -> None:
+async def _pty_output(websocket: WebSocket, pty: Pty) -> None:
     while True:
         data = await pty.read(timeout=0.5)
         if data:
@@ -137,7 +138,7 @@ async def _pty_output(websocket: WebSocket, pty) -> None:
             return
 
 
-async def _pty_input(websocket: WebSocket, pty) -> None:
+async def _pty_input(websocket: WebSocket, pty: Pty) -> None:
     while True:
         try:
             frame = json.loads(await websocket.receive_text())

@@ -18,7 +18,7 @@ import sqlite3
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
@@ -69,7 +69,7 @@ class JobRecord(BaseModel):
     status: JobStatus = "queued"
     result: ExecResult | None = None
     error: str | None = None
-    error_type: str | None = Field(None, description="the error class, so SDKs can re-raise it")
+    error_type: str | None = Field(default=None, description="the error class, so SDKs can re-raise it")
     created_at: float
     started_at: float | None = None
     completed_at: float | None = None
@@ -340,7 +340,11 @@ return redis.call('GET', KEYS[1])
 
 class RedisStore(Store):
     """Keys under one prefix: sb:{id} (JSON), sbs (zset by expiry, +inf without TTL), job:{id},
-    idem:{key} -> job id (both with the job's expiry), lock:{name}, replica:{id}, reaped (zset)."""
+    idem:{key} -> job id (both with the job's expiry), lock:{name}, replica:{id}, reaped (zset).
+
+    The client decodes every reply to str (decode_responses=True); redis-py's hints cannot tell
+    that from the call (they say bytes | str, and for z-commands also the WITHSCORES pairs we never
+    ask for), so replies are cast to what this client returns."""
 
     def __init__(self, url: str, prefix: str = "pomona:"):
         import redis.asyncio as redis
@@ -386,7 +390,7 @@ class RedisStore(Store):
         return SandboxRecord.model_validate_json(raw) if raw else None
 
     async def list_sandboxes(self) -> list[SandboxRecord]:
-        ids = await self.redis.zrange(self.p + "sbs", 0, -1)
+        ids = cast(list[str], await self.redis.zrange(self.p + "sbs", 0, -1))
         if not ids:
             return []
         raws = await self.redis.mget([self.p + "sb:" + i for i in ids])
@@ -401,17 +405,17 @@ class RedisStore(Store):
                 pipe.zadd(self.p + "reaped", {json.dumps([sandbox_id, record.owner]): time.time()})
             await pipe.execute()
         # jobs of a deleted sandbox: at most JOB_GRACE more
-        for job_id in await self.redis.smembers(self.p + "jobs:" + sandbox_id):
+        for job_id in cast(set[str], await self.redis.smembers(self.p + "jobs:" + sandbox_id)):
             await self.redis.expire(self.p + "job:" + job_id, int(JOB_GRACE), lt=True)
         await self.redis.expire(self.p + "jobs:" + sandbox_id, int(JOB_GRACE))
 
     async def expired(self, now: float) -> list[str]:
-        return await self.redis.zrangebyscore(self.p + "sbs", "-inf", now)
+        return cast(list[str], await self.redis.zrangebyscore(self.p + "sbs", "-inf", now))
 
     async def recently_reaped(self, owner: str | None) -> list[str]:
         key = self.p + "reaped"
         await self.redis.zremrangebyscore(key, "-inf", time.time() - REAPED_MEMORY)
-        pairs = [json.loads(m) for m in await self.redis.zrange(key, 0, -1)]
+        pairs = [json.loads(m) for m in cast(list[str], await self.redis.zrange(key, 0, -1))]
         return [i for i, o in pairs if owner is None or o == owner]
 
     async def set_snapshot_owner(self, snapshot_id: str, owner: str | None) -> None:
@@ -421,7 +425,7 @@ class RedisStore(Store):
             await self.redis.hset(self.p + "snapshots", snapshot_id, owner)
 
     async def snapshot_owner(self, snapshot_id: str) -> str | None:
-        return await self.redis.hget(self.p + "snapshots", snapshot_id)
+        return cast(str | None, await self.redis.hget(self.p + "snapshots", snapshot_id))
 
     def _job_ttl(self, job: JobRecord) -> int:
         return max(1, int(job.expires_at - time.time()))

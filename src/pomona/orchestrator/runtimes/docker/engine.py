@@ -19,6 +19,7 @@ from typing import Any
 
 from pomona.errors import RuntimeUnavailable, SandboxFailed
 from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.types import StreamName
 
 
 async def attach(
@@ -74,7 +75,7 @@ class EngineExec:
         self.api, self.exec_id = api, exec_id
         self.reader, self.writer = reader, writer
         # bounded: a slow consumer stops us reading the socket, so the engine stops too
-        self.queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue(
+        self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(
             maxsize=execution.QUEUE_LIMIT
         )
         self.pid = 0
@@ -83,7 +84,7 @@ class EngineExec:
 
     async def _demux(self) -> None:
         """Frames of an 8-byte header (stream, 0, 0, 0, big-endian size) and a payload."""
-        names = {1: "stdout", 2: "stderr", 3: "stderr"}
+        names: dict[int, StreamName] = {1: "stdout", 2: "stderr", 3: "stderr"}
         try:
             with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
                 while True:

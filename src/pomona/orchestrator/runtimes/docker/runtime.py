@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 import hashlib
 import os
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from pomona.errors import (
     ImageNotFound,
@@ -44,6 +45,12 @@ from pomona.orchestrator.types import (
     SnapshotInfo,
 )
 
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
 DEFAULT_SOCKETS = {
     "docker": "unix:///var/run/docker.sock",
     "podman": "unix:///run/podman/podman.sock",
@@ -57,6 +64,14 @@ HOST_INITS = (
     "/usr/bin/docker-init",
 )
 INIT_MOUNT = "/dev/.pomona-init"  # in the container's private /dev: never part of a snapshot
+
+
+def _container_id(container: Container) -> str:
+    """The id of a container the engine listed or created. docker-py types it optional (a model
+    built from partial attributes may lack one); the engine's answers always carry it."""
+    if container.id is None:
+        raise SandboxFailed("the engine sent a container without an id")
+    return container.id
 
 
 @dataclass
@@ -166,19 +181,19 @@ class DockerRuntime:
                 created_at = float(labels["pomona.created"])
                 creator = tuple(int(x) for x in labels.get("pomona.creator", "0:0").split(":"))
             except (KeyError, ValueError, TypeError):
-                await self._remove_container(container.id)
+                await self._remove_container(_container_id(container))
                 continue
             if sandbox_id in self.sandboxes:
                 continue
             if creator != self.me and alive(*creator):
                 continue  # another live process with this state dir made it: leave it to that one
             if container.status != "running":
-                await self._remove_container(container.id)
+                await self._remove_container(_container_id(container))
                 continue
             live = self._live(
                 _Live(
                     id=sandbox_id,
-                    container_id=container.id,
+                    container_id=_container_id(container),
                     spec=spec,
                     created_at=created_at,
                     pid=int(container.attrs["State"]["Pid"]),
@@ -189,7 +204,7 @@ class DockerRuntime:
                 await self._hold(live)
                 await self._prepare(live)
             except Exception:
-                await self._remove_container(container.id)
+                await self._remove_container(_container_id(container))
                 continue
             self.sandboxes[sandbox_id] = live
 
@@ -224,7 +239,7 @@ class DockerRuntime:
         )
         return live
 
-    async def _call(self, fn, *args, **kwargs):
+    async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """A blocking SDK call, off the event loop."""
         return await asyncio.to_thread(fn, *args, **kwargs)
 
@@ -330,7 +345,7 @@ class DockerRuntime:
             live = self._live(
                 _Live(
                     id=sandbox_id,
-                    container_id=container.id,
+                    container_id=_container_id(container),
                     spec=spec,
                     created_at=created_at,
                     pid=int(state["Pid"]),
@@ -345,7 +360,7 @@ class DockerRuntime:
                 await live.gateway.close()
             if live:
                 live.release()
-            await asyncio.shield(self._remove_container(container.id))
+            await asyncio.shield(self._remove_container(_container_id(container)))
             if isinstance(e, SandboxFailed | InvalidRequest | asyncio.CancelledError):
                 raise
             if isinstance(e, self.errors.APIError):
@@ -526,7 +541,7 @@ class DockerRuntime:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await attach(self.base_url, self.api.api_version, exec_id, self.engine, tty)
 
-    async def _run(self, live: _Live, argv: list[str], timeout: float = 120) -> ExecResult:
+    async def _run(self, live: _Live, argv: builtins.list[str], timeout: float = 120) -> ExecResult:
         """A helper command as root, for the files API (ContainerFS)."""
         return await collect(
             self.exec(live.id, ExecRequest(command=argv, user="root", cwd="/", timeout=timeout))
@@ -540,7 +555,7 @@ class DockerRuntime:
     async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None:
         await self._get(sandbox_id).fs.write(path, data, mode)
 
-    async def list_files(self, sandbox_id: str, path: str) -> list[FileInfo]:
+    async def list_files(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
         return await self._get(sandbox_id).fs.list(path)
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
@@ -591,7 +606,7 @@ class DockerRuntime:
             raise SandboxFailed(f"snapshot of {sandbox_id!r} failed: {self._explain(e)}") from None
         return info
 
-    async def list_snapshots(self) -> list[SnapshotInfo]:
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]:
         images = await self._call(
             self.api.images, filters={"label": f"pomona.snapshot.owner={self.owner}"}
         )
@@ -629,6 +644,8 @@ class DockerRuntime:
 
     # -- network ------------------------------------------------------------------------------
 
-    async def open_connection(self, sandbox_id: str, port: int):
+    async def open_connection(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         live = self._get(sandbox_id)
         return await open_connection_in(f"/proc/{live.pid}/ns/net", port)

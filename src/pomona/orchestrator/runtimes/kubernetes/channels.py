@@ -17,9 +17,10 @@ from typing import Any
 
 from pomona.errors import SandboxFailed
 from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.types import StreamName
 
 STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
-_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
+_NAMES: dict[int, StreamName] = {STDOUT: "stdout", STDERR: "stderr"}
 
 
 def exit_code(status: str) -> int:
@@ -46,7 +47,7 @@ class ChannelStream:
 
     def __init__(self, connect: Callable[[], Any], stdin: bytes | None = None):
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[str, bytes | None]] = asyncio.Queue(
+        self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(
             maxsize=execution.QUEUE_LIMIT
         )
         self.exited: asyncio.Future[int] = self.loop.create_future()
@@ -69,7 +70,7 @@ class ChannelStream:
 
         self.loop.call_soon_threadsafe(settle)
 
-    def _put(self, item: tuple[str, bytes | None]) -> bool:
+    def _put(self, item: execution.Output) -> bool:
         """Hand an item to the event loop, waiting while the queue is full; False once closed."""
         while not self._stop.is_set():
             try:

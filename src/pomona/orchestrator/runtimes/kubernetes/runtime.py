@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import hashlib
 import json
@@ -398,7 +399,7 @@ class KubernetesRuntime:
                 f"gateway {spec.gateway!r}: cannot resolve {host!r} from the "
                 f"orchestrator ({e}); give a Service name or an IP"
             ) from None
-        address = infos[0][4][0]
+        address = str(infos[0][4][0])  # an IPv4 or IPv6 address (AF_INET or AF_INET6)
         if address.startswith("127.") or address == "::1":
             raise InvalidRequest(
                 f"gateway {spec.gateway!r} is a loopback address: a pod cannot "
@@ -718,7 +719,7 @@ class KubernetesRuntime:
     # -- exec ---------------------------------------------------------------------------------
 
     def _open(
-        self, live: _Live, argv: list[str], stdin: bytes | None = None, tty: bool = False
+        self, live: _Live, argv: builtins.list[str], stdin: bytes | None = None, tty: bool = False
     ) -> ChannelStream:
         """An exec stream on the sandbox container (the connect itself runs in the stream's thread)."""
         from kubernetes.stream import stream
@@ -741,7 +742,7 @@ class KubernetesRuntime:
 
         return ChannelStream(connect, stdin)
 
-    async def _argv(self, live: _Live, request: ExecRequest, user: str) -> list[str]:
+    async def _argv(self, live: _Live, request: ExecRequest, user: str) -> builtins.list[str]:
         if isinstance(request.command, str):
             if live.shell is None:
                 live.shell = await self._detect_shell(live)
@@ -829,7 +830,7 @@ class KubernetesRuntime:
     async def _helper(
         self,
         live: _Live,
-        argv: list[str],
+        argv: builtins.list[str],
         stdin: bytes | None = None,
         raw: bool = False,
         timeout: float = 300,
@@ -928,7 +929,7 @@ class KubernetesRuntime:
             raise FileNotFoundInSandbox(f"{path}: no such file or directory in the sandbox")
         return info
 
-    async def list_files(self, sandbox_id: str, path: str) -> list[FileInfo]:
+    async def list_files(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
         live = self._get(sandbox_id)
         path = normalize(path)
         info = await self._stat(live, path, follow=True)
@@ -1121,7 +1122,7 @@ class KubernetesRuntime:
         except (FileNotFoundError, OSError):
             raise SnapshotNotFound.of(snapshot.id) from None
 
-    async def list_snapshots(self) -> list[SnapshotInfo]:
+    async def list_snapshots(self) -> builtins.list[SnapshotInfo]:
         if self._volume_snapshots:
             found = await self._call(
                 self.custom.list_namespaced_custom_object,
