@@ -65,12 +65,26 @@ def main() -> int:
     try:
         data, n = dataset(work)
         common = ["-d", str(data), "-p", "gold"]
-        pomona = [str(REPO / ".venv" / "bin" / "pomona"), "grade", *common, "--run-id", "b",
-                  "--max-workers", str(args.workers)]
+        pomona = [
+            str(REPO / ".venv" / "bin" / "pomona"),
+            "grade",
+            *common,
+            "--run-id",
+            "b",
+            "--max-workers",
+            str(args.workers),
+        ]
         tools = {
             "swebench run_evaluation (docker)": [
-                PYTHON, "-m", "swebench.harness.run_evaluation", *common, "--run_id", "b",
-                "--max_workers", str(args.workers)],
+                PYTHON,
+                "-m",
+                "swebench.harness.run_evaluation",
+                *common,
+                "--run_id",
+                "b",
+                "--max_workers",
+                str(args.workers),
+            ],
             "pomona grade --runtime docker": [*pomona, "--runtime", "docker"],
             "pomona grade --runtime local": [*pomona, "--state-dir", state],
         }

@@ -45,9 +45,19 @@ def bench(harness: str, concurrency: int, root: Path) -> dict[str, float]:
     n = max(2, concurrency // 2)
     runs = root / f"runs-c{concurrency}"
     t0 = time.monotonic()
-    records = asyncio.run(rollout(tasks, harness, "oracle", n=n, concurrency=concurrency,
-                                  trajectories=str(runs), state_dir=str(root / "state"),
-                                  timeout=120, progress=False))
+    records = asyncio.run(
+        rollout(
+            tasks,
+            harness,
+            "oracle",
+            n=n,
+            concurrency=concurrency,
+            trajectories=str(runs),
+            state_dir=str(root / "state"),
+            timeout=120,
+            progress=False,
+        )
+    )
     wall = time.monotonic() - t0
     calls = _per_episode_calls(runs)
     rows = []
@@ -55,18 +65,26 @@ def bench(harness: str, concurrency: int, root: Path) -> dict[str, float]:
         first, model_ms = calls.get(r.episode, (None, 0.0))
         start_ms = (first - r.harness_started_at) * 1000 if first and r.harness_started_at else 0.0
         harness_ms = r.timings.get("harness", 0.0) * 1000
-        rows.append({
-            "sandbox": r.timings.get("sandbox", 0.0) * 1000,
-            "start": start_ms,
-            "model": model_ms,
-            "rest": max(0.0, harness_ms - start_ms - model_ms),
-            "score": r.timings.get("score", 0.0) * 1000,
-            "total": r.timings.get("total", 0.0),
-        })
+        rows.append(
+            {
+                "sandbox": r.timings.get("sandbox", 0.0) * 1000,
+                "start": start_ms,
+                "model": model_ms,
+                "rest": max(0.0, harness_ms - start_ms - model_ms),
+                "score": r.timings.get("score", 0.0) * 1000,
+                "total": r.timings.get("total", 0.0),
+            }
+        )
     mean = {k: statistics.fmean(row[k] for row in rows) for k in rows[0]}
     ok = sum(r.reward == 1.0 for r in records)
-    return {"concurrency": concurrency, "episodes": len(records), "ok": ok, "wall": wall,
-            "per_min": len(records) / wall * 60, **mean}
+    return {
+        "concurrency": concurrency,
+        "episodes": len(records),
+        "ok": ok,
+        "wall": wall,
+        "per_min": len(records) / wall * 60,
+        **mean,
+    }
 
 
 def main() -> None:
@@ -82,15 +100,21 @@ def main() -> None:
     finally:
         _close_all()
         LocalRuntime(str(root / "state")).unmount_store()
-    print(f"\nrollout throughput: {args.harness}, oracle model, built-in tasks "
-          f"({len(builtin.tasks())}), local runtime\n")
-    print("| concurrency | episodes | resolved | wall s | episodes/min | sandbox ms | "
-          "harness start ms | model calls ms | harness rest ms | score ms | episode s |")
+    print(
+        f"\nrollout throughput: {args.harness}, oracle model, built-in tasks "
+        f"({len(builtin.tasks())}), local runtime\n"
+    )
+    print(
+        "| concurrency | episodes | resolved | wall s | episodes/min | sandbox ms | "
+        "harness start ms | model calls ms | harness rest ms | score ms | episode s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['concurrency']} | {r['episodes']} | {r['ok']} | {r['wall']:.1f} | "
-              f"{r['per_min']:.0f} | {r['sandbox']:.0f} | {r['start']:.0f} | {r['model']:.1f} | "
-              f"{r['rest']:.0f} | {r['score']:.0f} | {r['total']:.2f} |")
+        print(
+            f"| {r['concurrency']} | {r['episodes']} | {r['ok']} | {r['wall']:.1f} | "
+            f"{r['per_min']:.0f} | {r['sandbox']:.0f} | {r['start']:.0f} | {r['model']:.1f} | "
+            f"{r['rest']:.0f} | {r['score']:.0f} | {r['total']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

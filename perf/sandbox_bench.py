@@ -73,7 +73,8 @@ def client_for(target: Target) -> AsyncSandboxClient:
 async def orchard_run(target: Target, image: str, n: int) -> dict:
     creates, execs, ok, errors = [], [], 0, []
     async with client_for(target) as client:
-        warm = await client.create_sandbox(image)  # image unpacked / layers cached, as Orchard's pre-pulled nodes
+        # image unpacked / layers cached, as Orchard's pre-pulled nodes
+        warm = await client.create_sandbox(image)
         await warm.delete()
 
         async def one(i: int) -> None:
@@ -99,7 +100,9 @@ async def orchard_run(target: Target, image: str, n: int) -> dict:
     return {"n": n, "creates": creates, "execs": execs, "ok": ok, "wall": wall, "errors": errors}
 
 
-async def sequential(target: Target, image: str, count: int = 200) -> tuple[list[float], list[float]]:
+async def sequential(
+    target: Target, image: str, count: int = 200
+) -> tuple[list[float], list[float]]:
     """One at a time: the latency a single agent loop sees, without 2-core contention."""
     async with client_for(target) as client:
         creates = []
@@ -121,12 +124,18 @@ def docker_cli(image: str, n: int) -> tuple[list[float], list[float]]:
     runs, execs = [], []
     for _ in range(n):
         t = time.perf_counter()
-        subprocess.run(["docker", "run", "--rm", "--network", "none", image, "true"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", image, "true"],
+            check=True,
+            capture_output=True,
+        )
         runs.append(time.perf_counter() - t)
     name = f"pomona-bench-{os.getpid()}"
-    subprocess.run(["docker", "run", "-d", "--name", name, "--network", "none", image, "sleep", "600"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--network", "none", image, "sleep", "600"],
+        check=True,
+        capture_output=True,
+    )
     try:
         for _ in range(n):
             t = time.perf_counter()
@@ -140,9 +149,11 @@ def docker_cli(image: str, n: int) -> tuple[list[float], list[float]]:
 async def snapshot_fork(target: Target, image: str) -> tuple[float, float, float]:
     async with client_for(target) as client:
         sb = await client.create_sandbox(image)
-        r = await sb.exec("mkdir -p /workspace/data && for i in $(seq 1 200); do "
-                          "head -c 1048576 /dev/urandom > /workspace/data/f$i; done; du -sm /workspace",
-                          timeout=600)
+        r = await sb.exec(
+            "mkdir -p /workspace/data && for i in $(seq 1 200); do "
+            "head -c 1048576 /dev/urandom > /workspace/data/f$i; done; du -sm /workspace",
+            timeout=600,
+        )
         assert r.exit_code == 0, r.stderr
         t = time.perf_counter()
         snap = await sb.snapshot()
@@ -170,25 +181,59 @@ def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> 
         rows.append((f"pomona {target.name}: orchard full", "failed", repr(e)[:80]))
         return None
     res["load"] = (load_before, os.getloadavg()[0])
-    rows.append((f"pomona {target.name}: create-to-ready (N={n} concurrent)",
-                 ms(pct(res["creates"], 50)), ms(pct(res["creates"], 90)), ms(pct(res["creates"], 99)), ""))
-    rows.append((f"pomona {target.name}: exec, 4 Orchard commands (N={n})",
-                 ms(pct(res["execs"], 50)), ms(pct(res["execs"], 90)), ms(pct(res["execs"], 99)),
-                 f"{len(res['execs']) / res['wall']:.0f} cmd/s, {100 * res['ok'] / n:.1f}% ok, "
-                 f"{res['wall']:.1f} s wall"))
+    rows.append(
+        (
+            f"pomona {target.name}: create-to-ready (N={n} concurrent)",
+            ms(pct(res["creates"], 50)),
+            ms(pct(res["creates"], 90)),
+            ms(pct(res["creates"], 99)),
+            "",
+        )
+    )
+    rows.append(
+        (
+            f"pomona {target.name}: exec, 4 Orchard commands (N={n})",
+            ms(pct(res["execs"], 50)),
+            ms(pct(res["execs"], 90)),
+            ms(pct(res["execs"], 99)),
+            f"{len(res['execs']) / res['wall']:.0f} cmd/s, {100 * res['ok'] / n:.1f}% ok, "
+            f"{res['wall']:.1f} s wall",
+        )
+    )
     if res["errors"]:
         rows.append((f"  first error ({len(res['errors'])})", res["errors"][0][:100]))
     seq_creates, seq = asyncio.run(sequential(target, image))
     res["seq_exec"] = seq
-    rows.append((f"pomona {target.name}: create-to-ready, sequential x50",
-                 ms(pct(seq_creates, 50)), ms(pct(seq_creates, 90)), ms(pct(seq_creates, 99)), ""))
-    rows.append((f"pomona {target.name}: exec `true`, sequential x200",
-                 ms(pct(seq, 50)), ms(pct(seq, 90)), ms(pct(seq, 99)), ""))
+    rows.append(
+        (
+            f"pomona {target.name}: create-to-ready, sequential x50",
+            ms(pct(seq_creates, 50)),
+            ms(pct(seq_creates, 90)),
+            ms(pct(seq_creates, 99)),
+            "",
+        )
+    )
+    rows.append(
+        (
+            f"pomona {target.name}: exec `true`, sequential x200",
+            ms(pct(seq, 50)),
+            ms(pct(seq, 90)),
+            ms(pct(seq, 99)),
+            "",
+        )
+    )
     try:
         snap, fork, check = asyncio.run(snapshot_fork(target, image))
         rows.append((f"pomona {target.name}: snapshot of 200 MB workspace", ms(snap), "", "", ""))
-        rows.append((f"pomona {target.name}: fork(8) from it, total", ms(fork), "", "",
-                     f"first exec in all 8: {ms(check)} ms"))
+        rows.append(
+            (
+                f"pomona {target.name}: fork(8) from it, total",
+                ms(fork),
+                "",
+                "",
+                f"first exec in all 8: {ms(check)} ms",
+            )
+        )
     except Exception as e:
         rows.append((f"pomona {target.name}: snapshot/fork", "failed", repr(e)[:80]))
     return res
@@ -196,6 +241,7 @@ def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> 
 
 def side_by_side(local: dict, http: dict, http_name: str) -> list[tuple[str, ...]]:
     """The same Orchard run in-process and through the service, and the ratio."""
+
     def row(what: str, pick, fmt: str = "{:.1f}") -> tuple[str, ...]:
         a, b = pick(local), pick(http)
         return (what, fmt.format(a), fmt.format(b), f"{b / a:.2f}x" if a else "")
@@ -225,8 +271,11 @@ def main() -> None:
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="pomona-bench-"))
     rows: list[tuple[str, ...]] = []
-    have_docker = not args.skip_docker and shutil.which("docker") and \
-        subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    have_docker = (
+        not args.skip_docker
+        and shutil.which("docker")
+        and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    )
 
     local = measure(Target("local", state=str(state / "local")), "host", args.n_local, rows)
     http: dict | None = None
@@ -236,11 +285,14 @@ def main() -> None:
         # `pomona serve` in its own process on loopback, SQLite (or Redis) store, an API key;
         # admission control queues the burst (16 concurrent creates) instead of refusing it
         redis = RedisServer().start() if args.redis else None
-        server = Replica(state / "http", redis.url if redis else None, max_creates=16, max_execs=256,
-                         queue=5000).start()
+        server = Replica(
+            state / "http", redis.url if redis else None, max_creates=16, max_execs=256, queue=5000
+        ).start()
         try:
             name = "http+redis" if redis else "http"
-            http = measure(Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows)
+            http = measure(
+                Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows
+            )
         finally:
             server.stop()
             unmount(state / "http")
@@ -250,26 +302,53 @@ def main() -> None:
         from tests.images import debian_image
 
         image = debian_image()
-        measure(Target("docker", runtime="docker", state=str(state / "docker")), image, args.n_docker, rows)
+        measure(
+            Target("docker", runtime="docker", state=str(state / "docker")),
+            image,
+            args.n_docker,
+            rows,
+        )
         runs, execs = docker_cli(image, 30)
-        rows.append(("docker CLI: docker run --rm true (x30)", ms(pct(runs, 50)), ms(pct(runs, 90)),
-                     ms(pct(runs, 99)), ""))
-        rows.append(("docker CLI: docker exec true (x30)", ms(pct(execs, 50)), ms(pct(execs, 90)),
-                     ms(pct(execs, 99)), ""))
-    rows.append(("Orchard Env (published): exec average", "280", "", "", "k8s; 1,000 sandboxes in 26 s"))
+        rows.append(
+            (
+                "docker CLI: docker run --rm true (x30)",
+                ms(pct(runs, 50)),
+                ms(pct(runs, 90)),
+                ms(pct(runs, 99)),
+                "",
+            )
+        )
+        rows.append(
+            (
+                "docker CLI: docker exec true (x30)",
+                ms(pct(execs, 50)),
+                ms(pct(execs, 90)),
+                ms(pct(execs, 99)),
+                "",
+            )
+        )
+    rows.append(
+        ("Orchard Env (published): exec average", "280", "", "", "k8s; 1,000 sandboxes in 26 s")
+    )
     rows.append(("Orchard Env (published): create average", "11750", "", "", "~154 cmd/s"))
 
-    print(f"\nmachine: {platform.node()} {os.cpu_count()} cores, "
-          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-          f"kernel {platform.release()}, Python {platform.python_version()}\n")
+    print(
+        f"\nmachine: {platform.node()} {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+        f"kernel {platform.release()}, Python {platform.python_version()}\n"
+    )
     header = ("what", "p50 ms", "p90 ms", "p99 ms", "notes")
     widths = [max(len(str(r[i])) if i < len(r) else 0 for r in [header, *rows]) for i in range(5)]
     for row in [header, *rows]:
         print(" | ".join(str(row[i] if i < len(row) else "").ljust(widths[i]) for i in range(5)))
     if local and http:
         compared = side_by_side(local, http, "http" if not args.redis else "http+redis")
-        compared[-1] = (*compared[-1][:1], f"{local['load'][0]:.0f} / {local['load'][1]:.0f}",
-                        f"{http['load'][0]:.0f} / {http['load'][1]:.0f}", "")
+        compared[-1] = (
+            *compared[-1][:1],
+            f"{local['load'][0]:.0f} / {local['load'][1]:.0f}",
+            f"{http['load'][0]:.0f} / {http['load'][1]:.0f}",
+            "",
+        )
         widths = [max(len(r[i]) for r in compared) for i in range(4)]
         print()
         for row in compared:

@@ -11,7 +11,9 @@ CACHE = Path("/var/cache/pomona/images")
 
 
 def _has(image: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    return (
+        subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    )
 
 
 def rootfs_tar(name: str, include: tuple[str, ...] = (), absent: tuple[str, ...] = ()) -> Path:
@@ -40,11 +42,15 @@ def docker_image(image: str, tar: Path) -> str:
     """The image in the Docker engine's store (the local runtime reads it from there too)."""
     if not _has(image):
         with open(tar, "rb") as f:
-            subprocess.run(["docker", "import", "-", image], stdin=f, check=True, capture_output=True)
+            subprocess.run(
+                ["docker", "import", "-", image], stdin=f, check=True, capture_output=True
+            )
     return image
 
 
 def debian_image() -> str:
     """Debian minbase with git, python3, patch and procps: the conformance suite's image."""
-    return docker_image("pomona-test/debian:bookworm",
-                        rootfs_tar("debian-bookworm", include=("git", "python3", "patch", "procps")))
+    return docker_image(
+        "pomona-test/debian:bookworm",
+        rootfs_tar("debian-bookworm", include=("git", "python3", "patch", "procps")),
+    )

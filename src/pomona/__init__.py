@@ -7,5 +7,14 @@ from pomona.orchestrator.types import ExecResult, SandboxInfo, SandboxSpec, Snap
 
 _register_envs()  # now if gymnasium is loaded, else when it is: importing it here costs numpy
 
-__all__ = ["AsyncSandbox", "AsyncSandboxClient", "ExecResult", "PomonaError", "Sandbox",
-           "SandboxClient", "SandboxInfo", "SandboxSpec", "SnapshotInfo"]
+__all__ = [
+    "AsyncSandbox",
+    "AsyncSandboxClient",
+    "ExecResult",
+    "PomonaError",
+    "Sandbox",
+    "SandboxClient",
+    "SandboxInfo",
+    "SandboxSpec",
+    "SnapshotInfo",
+]

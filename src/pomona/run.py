@@ -72,31 +72,55 @@ def client_runtime(runtime: str) -> str | None:
 
 def row_of(record: Any, model: str) -> dict[str, Any]:
     """An EpisodeRecord in the `episodes` columns metrics read."""
-    return {"episode": record.episode, "benchmark": record.benchmark, "task": record.task,
-            "harness": record.harness, "model": model, "reward": record.reward,
-            "resolved": record.resolved, "failure_kind": record.failure_kind,
-            "failure_message": record.failure_message}
+    return {
+        "episode": record.episode,
+        "benchmark": record.benchmark,
+        "task": record.task,
+        "harness": record.harness,
+        "model": model,
+        "reward": record.reward,
+        "resolved": record.resolved,
+        "failure_kind": record.failure_kind,
+        "failure_message": record.failure_message,
+    }
 
 
-def _swe_outputs(records: list[Any], tasks: list[Any], logs: Path, run_id: str,
-                 model: str) -> dict[str, Any] | None:
+def _swe_outputs(
+    records: list[Any], tasks: list[Any], logs: Path, run_id: str, model: str
+) -> dict[str, Any] | None:
     """Predictions JSONL of the first attempts that were graded, and swebench's own run report
     over them; nothing at all when no attempt was (an empty file would read as a submission)."""
     instances = [t.metadata["instance"] for t in tasks if "instance" in t.metadata]
-    preds = [swebench.prediction(r.task, model, (r.score or {}).get("details", {}).get("model_patch"))
-             for r in records if r.attempt == 0 and r.score is not None]
+    preds = [
+        swebench.prediction(r.task, model, (r.score or {}).get("details", {}).get("model_patch"))
+        for r in records
+        if r.attempt == 0 and r.score is not None
+    ]
     if not instances or not preds:
         return None
-    swebench.write_predictions(logs / f"{model.replace('/', '__')}.{run_id}.predictions.jsonl", preds)
+    swebench.write_predictions(
+        logs / f"{model.replace('/', '__')}.{run_id}.predictions.jsonl", preds
+    )
     return swebench.run_report(preds, instances, run_id, logs)
 
 
-def run_benchmark(benchmark: str, harness: str | None = None, model: str = DEFAULT_MODEL, *,
-                  k: int = 1, runtime: str = "local", trajectories: str | Path = DEFAULT_TRAJECTORIES,
-                  concurrency: int = 4, timeout: float = DEFAULT_TIMEOUT, models: str | None = None,
-                  task_ids: list[str] | None = None, state_dir: str | None = None,
-                  progress: bool = True, judge: str | None = None,
-                  judge_prompts: str | None = None) -> RunResult:
+def run_benchmark(
+    benchmark: str,
+    harness: str | None = None,
+    model: str = DEFAULT_MODEL,
+    *,
+    k: int = 1,
+    runtime: str = "local",
+    trajectories: str | Path = DEFAULT_TRAJECTORIES,
+    concurrency: int = 4,
+    timeout: float = DEFAULT_TIMEOUT,
+    models: str | None = None,
+    task_ids: list[str] | None = None,
+    state_dir: str | None = None,
+    progress: bool = True,
+    judge: str | None = None,
+    judge_prompts: str | None = None,
+) -> RunResult:
     """Run `k` attempts of `harness` (default: the benchmark's natural one) with `model` on every
     task of `benchmark`. `timeout` is the agent's budget for tasks that set none of their own
     (task.toml, an instance field). `judge` names a model for the browser benchmarks' LLM judges."""
@@ -113,28 +137,59 @@ def run_benchmark(benchmark: str, harness: str | None = None, model: str = DEFAU
         tasks = [t for t in tasks if t.id in task_ids]
         if not tasks:
             raise KeyError(f"none of {task_ids} is in {benchmark}")
-    link = RunLink(ProxyLink.of(shared_proxy(trajectories, models)),
-                   {"model": model, "runtime": runtime})
+    link = RunLink(
+        ProxyLink.of(shared_proxy(trajectories, models)), {"model": model, "runtime": runtime}
+    )
     bar = Progress(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
     try:
         if benchmark in registry.BROWSER:
             from pomona.benchmarks.browser import runner
 
             records = runner.run_benchmark(
-                benchmark, tasks, harness, model, k=k, link=link, runtime=client_runtime(runtime),
-                state_dir=state_dir, run_id=run_id, trajectories=trajectories,
-                concurrency=concurrency, judge_model=judge, judge_prompts=judge_prompts,
-                on_episode=bar.update, timeout=timeout)
+                benchmark,
+                tasks,
+                harness,
+                model,
+                k=k,
+                link=link,
+                runtime=client_runtime(runtime),
+                state_dir=state_dir,
+                run_id=run_id,
+                trajectories=trajectories,
+                concurrency=concurrency,
+                judge_model=judge,
+                judge_prompts=judge_prompts,
+                on_episode=bar.update,
+                timeout=timeout,
+            )
         else:
-            records = asyncio.run(rollout(
-                tasks, harness, model, n=k, concurrency=concurrency, proxy=link,
-                runtime=client_runtime(runtime), state_dir=state_dir, timeout=timeout,
-                run_id=run_id, progress=False, on_episode=bar.update))
+            records = asyncio.run(
+                rollout(
+                    tasks,
+                    harness,
+                    model,
+                    n=k,
+                    concurrency=concurrency,
+                    proxy=link,
+                    runtime=client_runtime(runtime),
+                    state_dir=state_dir,
+                    timeout=timeout,
+                    run_id=run_id,
+                    progress=False,
+                    on_episode=bar.update,
+                )
+            )
     finally:
         bar.close()
     rows = [row_of(r, model) for r in records]
-    return RunResult(run_id, records, metrics.summarize(rows, range(1, k + 1)), trajectories,
-                     _swe_outputs(records, tasks, logs, run_id, swe_model), rows)
+    return RunResult(
+        run_id,
+        records,
+        metrics.summarize(rows, range(1, k + 1)),
+        trajectories,
+        _swe_outputs(records, tasks, logs, run_id, swe_model),
+        rows,
+    )
 
 
 def task_table(rows: list[dict[str, Any]]) -> str:
@@ -146,7 +201,9 @@ def task_table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'task'.ljust(width)}  passed  failures"]
     for task, rs in sorted(by_task.items()):
         passed = sum(bool(r["resolved"]) for r in rs if r["failure_kind"] == "none")
-        fails = ", ".join(sorted({r["failure_kind"] for r in rs if r["failure_kind"] != "none"})) or "-"
+        fails = (
+            ", ".join(sorted({r["failure_kind"] for r in rs if r["failure_kind"] != "none"})) or "-"
+        )
         lines.append(f"{task.ljust(width)}  {passed}/{len(rs):<5} {fails}")
     return "\n".join(lines)
 
@@ -154,8 +211,9 @@ def task_table(rows: list[dict[str, Any]]) -> str:
 def failures(rows: list[dict[str, Any]]) -> str:
     """Every attempt that could not be scored, with its reason: what a user acts on."""
     failed = [r for r in rows if r["failure_kind"] != "none"]
-    return "\n".join(f"  {r['task']} [{r['failure_kind']}]: {r.get('failure_message') or '-'}"
-                     for r in failed)
+    return "\n".join(
+        f"  {r['task']} [{r['failure_kind']}]: {r.get('failure_message') or '-'}" for r in failed
+    )
 
 
 def exit_status(records: list[Any]) -> int:
@@ -167,25 +225,45 @@ def exit_status(records: list[Any]) -> int:
 
 def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `run` on a `pomona` subparsers object."""
-    p = subparsers.add_parser("run", help="run a harness with a model on a benchmark, graded and recorded")
-    p.add_argument("--benchmark", required=True,
-                   help=f"{', '.join(registry.LOCAL)}, swebench:PATH or terminal-bench:PATH")
-    p.add_argument("--harness", help=f"default: the benchmark's natural harness ({DEFAULT_HARNESS}; "
-                   "webvoyager, the built-in WebVoyager loop, for browser benchmarks)")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="oracle (gold solution, offline), scripted, or a name from --models")
+    p = subparsers.add_parser(
+        "run", help="run a harness with a model on a benchmark, graded and recorded"
+    )
+    p.add_argument(
+        "--benchmark",
+        required=True,
+        help=f"{', '.join(registry.LOCAL)}, swebench:PATH or terminal-bench:PATH",
+    )
+    p.add_argument(
+        "--harness",
+        help=f"default: the benchmark's natural harness ({DEFAULT_HARNESS}; "
+        "webvoyager, the built-in WebVoyager loop, for browser benchmarks)",
+    )
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="oracle (gold solution, offline), scripted, or a name from --models",
+    )
     p.add_argument("-k", type=int, default=1, help="attempts per task (for pass@k / pass^k)")
     p.add_argument("--runtime", default="local", help="local, docker, or an orchestrator URL")
     p.add_argument("--trajectories", type=Path, default=DEFAULT_TRAJECTORIES)
     p.add_argument("--models", help="LiteLLM-style model list YAML for real upstreams")
     p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help="seconds per harness run, for tasks that set no time of their own")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help="seconds per harness run, for tasks that set no time of their own",
+    )
     p.add_argument("--tasks", nargs="*", help="only these task ids")
-    p.add_argument("--judge", help="browser benchmarks: a model (from --models) for the official "
-                   "judge procedure, reported beside the oracle with their agreement")
-    p.add_argument("--judge-prompts", help="a directory of judge prompt files replacing Pomona's "
-                   "wording (see docs/browser.md)")
+    p.add_argument(
+        "--judge",
+        help="browser benchmarks: a model (from --models) for the official "
+        "judge procedure, reported beside the oracle with their agreement",
+    )
+    p.add_argument(
+        "--judge-prompts",
+        help="a directory of judge prompt files replacing Pomona's wording (see docs/browser.md)",
+    )
     p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
     p.add_argument("--html", type=Path, help="also write the leaderboard as an HTML page")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON too")
@@ -195,15 +273,27 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        result = run_benchmark(args.benchmark, args.harness, args.model, k=args.k,
-                               runtime=args.runtime, trajectories=args.trajectories,
-                               concurrency=args.concurrency, timeout=args.timeout,
-                               models=args.models, task_ids=args.tasks, state_dir=args.state_dir,
-                               judge=args.judge, judge_prompts=args.judge_prompts)
+        result = run_benchmark(
+            args.benchmark,
+            args.harness,
+            args.model,
+            k=args.k,
+            runtime=args.runtime,
+            trajectories=args.trajectories,
+            concurrency=args.concurrency,
+            timeout=args.timeout,
+            models=args.models,
+            task_ids=args.tasks,
+            state_dir=args.state_dir,
+            judge=args.judge,
+            judge_prompts=args.judge_prompts,
+        )
     except (KeyError, ValueError) as e:  # bad input (names, combinations): said, not a traceback
         print(f"pomona run: {e.args[0] if e.args else e}", file=sys.stderr)
         return EXIT_NOT_RUN
-    print(f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n")
+    print(
+        f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n"
+    )
     print(task_table(result.rows))
     if failed := failures(result.rows):
         print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")
@@ -212,12 +302,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.judge and args.benchmark in registry.BROWSER:
         from pomona.benchmarks.browser.runner import judge_agreement
 
-        print(f"\njudge-oracle agreement: {judge_agreement(result.records)} (verdicts in "
-              f"{result.trajectories / 'browser' / result.run_id / 'judgments.jsonl'})")
+        print(
+            f"\njudge-oracle agreement: {judge_agreement(result.records)} (verdicts in "
+            f"{result.trajectories / 'browser' / result.run_id / 'judgments.jsonl'})"
+        )
     if result.swe_report is not None:
         r = result.swe_report
-        print(f"\nswebench run report: {r['resolved_instances']}/{r['total_instances']} resolved "
-              f"(logs in {result.trajectories / 'swebench'})")
+        print(
+            f"\nswebench run report: {r['resolved_instances']}/{r['total_instances']} resolved "
+            f"(logs in {result.trajectories / 'swebench'})"
+        )
     board = leaderboard.leaderboard(result.trajectories, range(1, args.k + 1))
     print(f"\nleaderboard ({result.trajectories}):")
     print(leaderboard.format_table(board))

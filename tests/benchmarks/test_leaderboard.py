@@ -15,13 +15,34 @@ def write_episodes(directory: Path) -> None:
     rows = []
     for harness, passes in (("pi", 2), ("codex", 1), ("claude-code", 0)):
         for i in range(2):
-            rows.append({"episode": f"{harness}-{i}", "benchmark": "swe-local", "task": f"t{i}",
-                         "harness": harness, "model": "qwen", "reward": float(i < passes),
-                         "resolved": i < passes, "failure_kind": "none", "started_at": now,
-                         "ended_at": now})
-    rows.append({"episode": "x", "benchmark": "swe-local", "task": "t0", "harness": "pi",
-                 "model": "qwen", "reward": None, "resolved": None, "failure_kind": "verifier",
-                 "started_at": now, "ended_at": now})
+            rows.append(
+                {
+                    "episode": f"{harness}-{i}",
+                    "benchmark": "swe-local",
+                    "task": f"t{i}",
+                    "harness": harness,
+                    "model": "qwen",
+                    "reward": float(i < passes),
+                    "resolved": i < passes,
+                    "failure_kind": "none",
+                    "started_at": now,
+                    "ended_at": now,
+                }
+            )
+    rows.append(
+        {
+            "episode": "x",
+            "benchmark": "swe-local",
+            "task": "t0",
+            "harness": "pi",
+            "model": "qwen",
+            "reward": None,
+            "resolved": None,
+            "failure_kind": "verifier",
+            "started_at": now,
+            "ended_at": now,
+        }
+    )
     with TrajectoryWriter(directory, "episodes") as w:
         w.write_many(rows)
 
@@ -33,8 +54,18 @@ def test_ranked_table_and_html(tmp_path: Path, capsys) -> None:
     assert board[0].failures == {"verifier": 1} and board[0].resolve_rate == 1.0
     table = leaderboard.format_table(board)
     assert "verifier 1" in table and "50.0" in table
-    assert main(["leaderboard", "--trajectories", str(tmp_path / "runs"),
-                 "--html", str(tmp_path / "lb.html")]) == 0
+    assert (
+        main(
+            [
+                "leaderboard",
+                "--trajectories",
+                str(tmp_path / "runs"),
+                "--html",
+                str(tmp_path / "lb.html"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[2].split()[:3] == ["swe-local", "pi", "qwen"]
     page = (tmp_path / "lb.html").read_text()

@@ -15,8 +15,9 @@ def brute(n: int, c: int, k: int) -> tuple[float, float]:
     return (sum(any(d) for d in draws) / len(draws), sum(all(d) for d in draws) / len(draws))
 
 
-@pytest.mark.parametrize(("n", "c", "k"), [(n, c, k) for n in range(1, 7) for c in range(n + 1)
-                                           for k in range(1, n + 1)])
+@pytest.mark.parametrize(
+    ("n", "c", "k"), [(n, c, k) for n in range(1, 7) for c in range(n + 1) for k in range(1, n + 1)]
+)
 def test_estimators_match_enumeration(n: int, c: int, k: int) -> None:
     at, hat = brute(n, c, k)
     assert metrics.pass_at_k(n, c, k) == pytest.approx(at)
@@ -31,18 +32,38 @@ def test_estimators_reject_impossible_counts() -> None:
             metrics.pass_hat_k(*args)
 
 
-def row(task: str, resolved: bool | None, kind: str = "none", harness: str = "pi",
-        reward: float | None = None) -> dict:
+def row(
+    task: str,
+    resolved: bool | None,
+    kind: str = "none",
+    harness: str = "pi",
+    reward: float | None = None,
+) -> dict:
     reward = (1.0 if resolved else 0.0) if reward is None and kind == "none" else reward
-    return {"benchmark": "b", "harness": harness, "model": "m", "task": task, "reward": reward,
-            "resolved": resolved, "failure_kind": kind}
+    return {
+        "benchmark": "b",
+        "harness": harness,
+        "model": "m",
+        "task": task,
+        "reward": reward,
+        "resolved": resolved,
+        "failure_kind": kind,
+    }
 
 
 def test_summary_is_a_macro_mean_with_infra_failures_apart() -> None:
-    rows = [row("t1", True), row("t1", True), row("t1", False),
-            row("t2", False), row("t2", False), row("t2", True),
-            row("t1", None, "verifier"), row("t2", None, "sandbox"), row("t3", None, "verifier"),
-            row("t1", True, harness="codex")]
+    rows = [
+        row("t1", True),
+        row("t1", True),
+        row("t1", False),
+        row("t2", False),
+        row("t2", False),
+        row("t2", True),
+        row("t1", None, "verifier"),
+        row("t2", None, "sandbox"),
+        row("t3", None, "verifier"),
+        row("t1", True, harness="codex"),
+    ]
     pi, codex = sorted(metrics.summarize(rows, ks=(1, 2, 3, 4)), key=lambda s: s.harness)[::-1]
     assert (pi.tasks, pi.trials, pi.resolved) == (2, 6, 3)
     assert pi.resolve_rate == pytest.approx((2 / 3 + 1 / 3) / 2)
@@ -61,6 +82,7 @@ def test_all_infra_failures_give_no_rate_rather_than_zero() -> None:
 
 
 def test_partial_rewards_average_per_task() -> None:
-    (s,) = metrics.summarize([row("t1", False, reward=0.5), row("t1", True, reward=1.0),
-                              row("t2", False, reward=0.0)])
+    (s,) = metrics.summarize(
+        [row("t1", False, reward=0.5), row("t1", True, reward=1.0), row("t2", False, reward=0.0)]
+    )
     assert s.mean_reward == pytest.approx((0.75 + 0.0) / 2)

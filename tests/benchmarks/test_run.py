@@ -36,10 +36,12 @@ def harnesses_ready() -> None:
 def test_oracle_resolves_every_local_task(harness: str, state_dir: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     for benchmark in BENCHMARKS:
-        result = run_benchmark(benchmark, harness, "oracle", state_dir=state_dir,
-                               trajectories=runs, progress=False)
-        failed = [(r.task, r.failure_kind, r.failure_message) for r in result.records
-                  if not r.resolved]
+        result = run_benchmark(
+            benchmark, harness, "oracle", state_dir=state_dir, trajectories=runs, progress=False
+        )
+        failed = [
+            (r.task, r.failure_kind, r.failure_message) for r in result.records if not r.resolved
+        ]
         assert failed == []
         (summary,) = result.summaries
         assert (summary.resolve_rate, summary.infra_failures) == (1.0, 0)
@@ -48,25 +50,45 @@ def test_oracle_resolves_every_local_task(harness: str, state_dir: str, tmp_path
     rows = trajectories.read(runs, "episodes").to_pylist()
     assert len(rows) == 6 + len(terminal_bench.tasks())
     assert {(r["harness"], r["model"], r["runtime"], r["failure_kind"]) for r in rows} == {
-        (harness, "oracle", "local", "none")}
+        (harness, "oracle", "local", "none")
+    }
     assert all(r["resolved"] and r["num_calls"] >= 1 for r in rows)
 
 
-def test_noop_agent_scores_zero_and_cli_prints_the_leaderboard(state_dir: str, tmp_path: Path,
-                                                               capsys: Any) -> None:
+def test_noop_agent_scores_zero_and_cli_prints_the_leaderboard(
+    state_dir: str, tmp_path: Path, capsys: Any
+) -> None:
     runs = tmp_path / "runs"
     for benchmark in BENCHMARKS:
-        code = main(["run", "--benchmark", benchmark, "--model", "scripted", "--state-dir", state_dir,
-                     "--trajectories", str(runs), "-k", "2"])
+        code = main(
+            [
+                "run",
+                "--benchmark",
+                benchmark,
+                "--model",
+                "scripted",
+                "--state-dir",
+                state_dir,
+                "--trajectories",
+                str(runs),
+                "-k",
+                "2",
+            ]
+        )
         assert code == 1  # all ran and were scored, none resolved
     out = capsys.readouterr().out
     assert "leaderboard" in out and "pass@2" in out
     board = leaderboard.leaderboard(runs, (1, 2))
     assert {(s.benchmark, s.harness, s.model) for s in board} == {
-        ("swe-local", "pi", "scripted"), ("terminal-bench-local", "pi", "scripted")}
-    assert all(s.resolve_rate == 0.0 and s.pass_at[2] == 0.0 and s.infra_failures == 0
-               for s in board)
-    preds = next((runs / "swebench").glob("pi__scripted.*.predictions.jsonl")).read_text().splitlines()
+        ("swe-local", "pi", "scripted"),
+        ("terminal-bench-local", "pi", "scripted"),
+    }
+    assert all(
+        s.resolve_rate == 0.0 and s.pass_at[2] == 0.0 and s.infra_failures == 0 for s in board
+    )
+    preds = (
+        next((runs / "swebench").glob("pi__scripted.*.predictions.jsonl")).read_text().splitlines()
+    )
     assert len(preds) == 6 and all(json.loads(p)["model_patch"] == "" for p in preds)
     assert {json.loads(p)["model_name_or_path"] for p in preds} == {"pi/scripted"}
 
@@ -81,15 +103,18 @@ class _Crashing:
         return sb
 
 
-def test_crashed_grading_is_a_verifier_failure_and_excluded(client: Any, state_dir: str,
-                                                            tmp_path: Path) -> None:
+def test_crashed_grading_is_a_verifier_failure_and_excluded(
+    client: Any, state_dir: str, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
     instance = swebench.load_instances(swe_tasks.DATA)[0]
-    task = swebench.to_task(instance, "swe-local", root=str(runs / "swebench"),
-                            client=_Crashing(client))
+    task = swebench.to_task(
+        instance, "swe-local", root=str(runs / "swebench"), client=_Crashing(client)
+    )
     link = RunLink(ProxyLink.of(shared_proxy(runs)), {"model": "oracle", "runtime": "local"})
-    (record,) = asyncio.run(rollout([task], "pi", "oracle", proxy=link, state_dir=state_dir,
-                                    progress=False))
+    (record,) = asyncio.run(
+        rollout([task], "pi", "oracle", proxy=link, state_dir=state_dir, progress=False)
+    )
     assert (record.failure_kind, record.reward) == ("verifier", None)
     (row,) = trajectories.read(runs, "episodes").to_pylist()
     assert row["failure_kind"] == "verifier" and row["reward"] is None
@@ -97,13 +122,27 @@ def test_crashed_grading_is_a_verifier_failure_and_excluded(client: Any, state_d
     assert (summary.trials, summary.resolve_rate, summary.failures) == (0, None, {"verifier": 1})
 
 
-def test_a_run_nothing_could_score_says_why_and_writes_no_predictions(state_dir: str, tmp_path: Path,
-                                                                      capsys: Any) -> None:
+def test_a_run_nothing_could_score_says_why_and_writes_no_predictions(
+    state_dir: str, tmp_path: Path, capsys: Any
+) -> None:
     """Every attempt failed before grading: each reason is printed, the exit status says the run
     could not run (2, not 1), and no empty predictions file pretends to be a submission."""
     runs = tmp_path / "runs"
-    code = main(["run", "--benchmark", "swe-local", "--model", "no-such-model", "--tasks",
-                 "pytoolz__toolz-1", "--state-dir", state_dir, "--trajectories", str(runs)])
+    code = main(
+        [
+            "run",
+            "--benchmark",
+            "swe-local",
+            "--model",
+            "no-such-model",
+            "--tasks",
+            "pytoolz__toolz-1",
+            "--state-dir",
+            state_dir,
+            "--trajectories",
+            str(runs),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 2
     assert "pytoolz__toolz-1 [" in out and "not scored" in out

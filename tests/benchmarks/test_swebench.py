@@ -55,13 +55,16 @@ def _grade(client: Any, root: Path, iid: str, name: str) -> swebench.Grade:
 
 
 @pytest.mark.parametrize("iid", IDS)
-def test_gold_resolves_and_every_negative_fixture_does_not(client: Any, tmp_path: Path,
-                                                          iid: str) -> None:
+def test_gold_resolves_and_every_negative_fixture_does_not(
+    client: Any, tmp_path: Path, iid: str
+) -> None:
     inst = BY_ID[iid]
     preds = []
     for name in ("gold", *NEGATIVE):
         g = _grade(client, tmp_path, iid, name)
-        preds.append(swebench.prediction(iid, f"test/{name}", (g.log_dir / "patch.diff").read_text()))
+        preds.append(
+            swebench.prediction(iid, f"test/{name}", (g.log_dir / "patch.diff").read_text())
+        )
         assert g.resolved == (name == "gold"), (name, g.log_dir)
         assert g.infra_failure is None
         if name in ("empty", "nonapplying"):
@@ -85,8 +88,9 @@ def test_gold_resolves_and_every_negative_fixture_does_not(client: Any, tmp_path
         assert report["total_instances"] == 1
 
 
-def test_the_spoof_resolves_without_the_guard(client: Any, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_spoof_resolves_without_the_guard(
+    client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The hole is real: only the guard stands between the conftest spoof and 'resolved'."""
     monkeypatch.setattr(swebench, "guard_test_infra", lambda sandbox, instance: [])
     assert _grade(client, tmp_path, IDS[0], "spoof").resolved
@@ -95,8 +99,10 @@ def test_the_spoof_resolves_without_the_guard(client: Any, tmp_path: Path,
 def test_guard_restores_edited_test_infrastructure(client: Any, tmp_path: Path) -> None:
     iid = "tkem__cachetools-1"  # has setup.cfg and tox.ini at base
     inst = BY_ID[iid]
-    spoof_ini = ("diff --git a/pytest.ini b/pytest.ini\nnew file mode 100644\n--- /dev/null\n"
-                 "+++ b/pytest.ini\n@@ -0,0 +1,2 @@\n+[pytest]\n+addopts = -p no:terminal\n")
+    spoof_ini = (
+        "diff --git a/pytest.ini b/pytest.ini\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/pytest.ini\n@@ -0,0 +1,2 @@\n+[pytest]\n+addopts = -p no:terminal\n"
+    )
     patch = inst["patch"] + spoof_ini + swe_tasks.fixture(iid, "spoof")
     pred = swebench.prediction(iid, "test/mixed", patch)
     g = swebench.grade(client, inst, pred, tmp_path, "r2", timeout=600)
@@ -107,12 +113,15 @@ def test_guard_restores_edited_test_infrastructure(client: Any, tmp_path: Path) 
 def test_pytest_sections_decide_whether_config_files_are_guarded() -> None:
     base = "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -q\n"
     assert swebench.pytest_section("setup.cfg", base) == swebench.pytest_section(
-        "setup.cfg", base.replace("name = x", "name = y"))
+        "setup.cfg", base.replace("name = x", "name = y")
+    )
     assert swebench.pytest_section("setup.cfg", base) != swebench.pytest_section(
-        "setup.cfg", base.replace("-q", "-p spoof"))
+        "setup.cfg", base.replace("-q", "-p spoof")
+    )
     toml = '[project]\nname = "x"\n[tool.pytest.ini_options]\naddopts = "-q"\n'
     assert swebench.pytest_section("pyproject.toml", toml) != swebench.pytest_section(
-        "pyproject.toml", toml.replace('"-q"', '"-p spoof"'))
+        "pyproject.toml", toml.replace('"-q"', '"-p spoof"')
+    )
     assert swebench.pytest_section("pyproject.toml", "not [ toml") == ("unreadable", "not [ toml")
     for path in ("a/b/conftest.py", "sitecustomize.py", "x/evil.pth", "tox.ini", "tests/t.py"):
         assert swebench.is_infra(path, {"tests/t.py"})
@@ -131,8 +140,9 @@ class _Crashing:
         return sb
 
 
-def test_a_grading_sandbox_that_crashes_is_a_verifier_failure(client: Any, state_dir: str,
-                                                                tmp_path: Path) -> None:
+def test_a_grading_sandbox_that_crashes_is_a_verifier_failure(
+    client: Any, state_dir: str, tmp_path: Path
+) -> None:
     with pytest.raises(swebench.VerifierError):
         _grade(_Crashing(client), tmp_path, IDS[0], "gold")
     # through an environment: the episode ends as a verifier failure, not as a reward of 0

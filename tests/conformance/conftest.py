@@ -40,8 +40,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=f"in-process only; {reason}"))
         host_only = ON_THE_TEST_HOST.get(item.originalname)
         if params.get("runtime_name") == "kubernetes" and host_only:
-            item.add_marker(pytest.mark.skip(reason=f"needs the test host: {host_only}; "
-                                             "tests/kubernetes covers it offline"))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"needs the test host: {host_only}; tests/kubernetes covers it offline"
+                )
+            )
 
 
 @pytest.fixture(scope="session")
@@ -65,14 +68,17 @@ def runtime_name(request: pytest.FixtureRequest) -> str:
     if request.param == "docker" and not docker_available():
         pytest.skip("no Docker engine running (./dev services starts one)")
     if request.param == "kubernetes" and not os.environ.get("KUBECONFIG"):
-        pytest.skip("no Kubernetes cluster: no control plane can run on this machine; point "
-                    "KUBECONFIG at one (kind, k3s, managed) to run the suite on the kubernetes runtime")
+        pytest.skip(
+            "no Kubernetes cluster: no control plane can run on this machine; point "
+            "KUBECONFIG at one (kind, k3s, managed) to run the suite on the kubernetes runtime"
+        )
     return request.param
 
 
 @pytest.fixture(scope="session")
-def client(runtime_name: str, state_root: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxClient]:
+def client(
+    runtime_name: str, state_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SandboxClient]:
     if runtime_name == "http":
         yield from _http_client(state_root / "http", tmp_path_factory.getbasetemp())
         return
@@ -95,7 +101,9 @@ def _http_client(state: Path, mountable: Path) -> Iterator[SandboxClient]:
     from pomona.orchestrator.server.app import build
     from tests.service.harness import KEYS, server_thread, unmount
 
-    app = build("local", str(state), api_keys=KEYS, admins={"admin"}, mount_sources=[str(mountable)])
+    app = build(
+        "local", str(state), api_keys=KEYS, admins={"admin"}, mount_sources=[str(mountable)]
+    )
     with server_thread(app) as url:
         with SandboxClient(base_url=url, api_key=KEYS["alice"]) as c:
             yield c

@@ -26,11 +26,17 @@ def test_missing_binary(sandbox):
 
 def test_cwd_env_stdin(sandbox):
     sandbox.exec("mkdir -p /workspace/sub")
-    r = sandbox.exec("pwd; echo $FOO; cat", cwd="/workspace/sub", env={"FOO": "bar"}, stdin="from stdin")
+    r = sandbox.exec(
+        "pwd; echo $FOO; cat", cwd="/workspace/sub", env={"FOO": "bar"}, stdin="from stdin"
+    )
     assert r.stdout == "/workspace/sub\nbar\nfrom stdin"
     assert sandbox.exec("pwd").stdout == "/workspace\n"
     bad = sandbox.exec("true", cwd="/does/not/exist")
-    assert bad.exit_code != 0 and "exist" in (bad.stderr + bad.stdout).lower() or "can't cd" in bad.stderr
+    assert (
+        bad.exit_code != 0
+        and "exist" in (bad.stderr + bad.stdout).lower()
+        or "can't cd" in bad.stderr
+    )
 
 
 def test_runs_unprivileged_by_default_and_root_on_request(sandbox):

@@ -95,7 +95,9 @@ def test_tar_upload_cannot_escape(sandbox, host_secret):
         sandbox.upload_dir("/workspace", tar_of(("../../../../tmp/evil", b"x")))
     sandbox.exec("mkdir -p /workspace/up && ln -s /tmp /workspace/up/hostdir")
     with pytest.raises(PathOutsideSandbox):
-        sandbox.upload_dir("/workspace/up", tar_of((f"hostdir/{os.path.basename(host_secret)}", b"x")))
+        sandbox.upload_dir(
+            "/workspace/up", tar_of((f"hostdir/{os.path.basename(host_secret)}", b"x"))
+        )
     assert open(host_secret).read() == "HOST-SECRET"
 
 
@@ -105,7 +107,9 @@ def test_read_only_host_mount(client, image, tmp_path):
     (tmp_path / "tool").write_text("#!/bin/sh\necho from-the-payload\n")
     (tmp_path / "tool").chmod(0o755)
     tmp_path.chmod(0o755)
-    with client.create_sandbox(image, mounts=[Mount(source=str(tmp_path), target="/opt/pomona/tools")]) as sb:
+    with client.create_sandbox(
+        image, mounts=[Mount(source=str(tmp_path), target="/opt/pomona/tools")]
+    ) as sb:
         assert sb.exec("/opt/pomona/tools/tool").stdout == "from-the-payload\n"
         assert sb.exec("touch /opt/pomona/tools/x", user="root").exit_code != 0
     assert not (tmp_path / "x").exists()

@@ -10,8 +10,10 @@ from contextlib import contextmanager
 
 import pytest
 
-PROBE = ("python3 -c \"import socket,sys; s=socket.socket(); s.settimeout(3); "
-         "s.connect(('127.0.0.1', int(sys.argv[1]))); print(s.recv(100).decode())\" {port}")
+PROBE = (
+    'python3 -c "import socket,sys; s=socket.socket(); s.settimeout(3); '
+    "s.connect(('127.0.0.1', int(sys.argv[1]))); print(s.recv(100).decode())\" {port}"
+)
 
 
 @contextmanager
@@ -47,7 +49,9 @@ def test_host_private_files_are_not_visible(sandbox, runtime_name):
     open(marker, "w").write("host")
     try:
         assert sandbox.exec(f"cat {marker}").exit_code != 0
-        assert sandbox.exec("cat /etc/shadow", user="root").exit_code != 0 or runtime_name != "local"
+        assert (
+            sandbox.exec("cat /etc/shadow", user="root").exit_code != 0 or runtime_name != "local"
+        )
         assert sandbox.exec("ls /root", user="root").stdout.strip() == ""
     finally:
         import os
@@ -62,8 +66,11 @@ def test_none_mode_cannot_reach_host_loopback(client, image):
 
 
 def test_gateway_mode_reaches_only_the_allowed_port(client, image):
-    with (tcp_server(b"allowed") as allowed, tcp_server(b"forbidden") as other,
-          client.create_sandbox(image, network="gateway", gateway=f"127.0.0.1:{allowed}") as sb):
+    with (
+        tcp_server(b"allowed") as allowed,
+        tcp_server(b"forbidden") as other,
+        client.create_sandbox(image, network="gateway", gateway=f"127.0.0.1:{allowed}") as sb,
+    ):
         ok = sb.exec(PROBE.format(port=allowed), timeout=20)
         assert ok.exit_code == 0 and ok.stdout.strip() == "allowed"
         blocked = sb.exec(PROBE.format(port=other), timeout=20)
@@ -90,13 +97,22 @@ def test_sandboxes_do_not_see_each_other(client, image):
 
 
 def test_connect_to_a_server_inside(sandbox):
-    sandbox.write_file("/workspace/srv.py", (
-        "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-        "s.bind(('127.0.0.1', 8765)); s.listen(1); c, _ = s.accept(); c.sendall(b'echo:' + c.recv(100))\n"))
+    sandbox.write_file(
+        "/workspace/srv.py",
+        (
+            "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind(('127.0.0.1', 8765)); s.listen(1); c, _ = s.accept(); c.sendall(b'echo:' + c.recv(100))\n"
+        ),
+    )
     sandbox.exec("python3 /workspace/srv.py > /dev/null 2>&1 &")
     for _ in range(50):
-        if "8765" in sandbox.exec("cat /proc/net/tcp | awk '{print $2}' | grep -i :223D || true").stdout.upper() or \
-           sandbox.exec("grep -qi ':223D' /proc/net/tcp").exit_code == 0:
+        if (
+            "8765"
+            in sandbox.exec(
+                "cat /proc/net/tcp | awk '{print $2}' | grep -i :223D || true"
+            ).stdout.upper()
+            or sandbox.exec("grep -qi ':223D' /proc/net/tcp").exit_code == 0
+        ):
             break
     with sandbox.connect(8765) as conn:
         conn.sendall(b"ping")
@@ -121,8 +137,10 @@ def test_gateway_keeps_a_half_closed_connection_open(client, image):
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    probe = ("python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {port}), 5); "
-             "s.sendall(b'ping'); s.shutdown(socket.SHUT_WR); print(s.recv(100).decode())\"")
+    probe = (
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {port}), 5); "
+        "s.sendall(b'ping'); s.shutdown(socket.SHUT_WR); print(s.recv(100).decode())\""
+    )
     try:
         with client.create_sandbox(image, network="gateway", gateway=f"127.0.0.1:{port}") as sb:
             assert sb.exec(probe.format(port=port), timeout=20).stdout.strip() == "got:ping"

@@ -36,16 +36,18 @@ def _host_state(runtime: str, ids: list[str]) -> list[str]:
         procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
         found += [f"process {i}" for i in ids if i in procs]
     else:
-        out = subprocess.run(["docker", "ps", "-a", "--format", "{{.Labels}}"],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["docker", "ps", "-a", "--format", "{{.Labels}}"], capture_output=True, text=True
+        ).stdout
         found += [f"container {i}" for i in ids if i in out]
     return found
 
 
 def test_sigkilled_owner_leaves_nothing_behind(runtime_name, image, state_root):
     state = str(state_root / f"leak-{runtime_name}")
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, runtime_name, state, image],
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, runtime_name, state, image], stdout=subprocess.PIPE, text=True
+    )
     ids = owner.stdout.readline().split()
     assert len(ids) == 3
     os.kill(owner.pid, signal.SIGKILL)

@@ -22,7 +22,12 @@ def test_memory_hog_is_killed(client, image):
 def test_fork_bomb_stops_at_the_pids_limit(client, image):
     with client.create_sandbox(image, pids=40) as sb:
         r = sb.exec("for i in $(seq 1 200); do sleep 30 & done; wait", timeout=20)
-        assert r.exit_code != 0 or r.timed_out or "fork" in r.stderr.lower() or "resource" in r.stderr.lower()
+        assert (
+            r.exit_code != 0
+            or r.timed_out
+            or "fork" in r.stderr.lower()
+            or "resource" in r.stderr.lower()
+        )
         count = sb.exec("ps -e --no-headers | wc -l", timeout=20)
         assert count.exit_code == 0 and int(count.stdout) <= 40
     assert os.fork  # the test process can still fork
@@ -43,8 +48,10 @@ def test_disk_filler_hits_its_quota(client, image):
         assert sb.exec("echo ok > /workspace/small && cat /workspace/small").stdout == "ok\n"
 
 
-CPU_BURN = ("python3 -c 'import os, time\nt = time.time()\nwhile time.time() - t < 2: pass\n"
-            "c = os.times(); print(c.user + c.system)'")
+CPU_BURN = (
+    "python3 -c 'import os, time\nt = time.time()\nwhile time.time() - t < 2: pass\n"
+    "c = os.times(); print(c.user + c.system)'"
+)
 
 
 def test_cpu_limit_caps_cpu_time(client, image):

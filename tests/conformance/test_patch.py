@@ -38,8 +38,10 @@ WRONG = """--- a/f.txt
 @pytest.fixture
 def repo(sandbox):
     sandbox.write_file("repo/f.txt", ORIGINAL)
-    r = sandbox.exec("git init -q && git add -A && git -c user.email=a@b -c user.name=n commit -qm base",
-                     cwd="/workspace/repo")
+    r = sandbox.exec(
+        "git init -q && git add -A && git -c user.email=a@b -c user.name=n commit -qm base",
+        cwd="/workspace/repo",
+    )
     assert r.exit_code == 0, r.stderr
     return sandbox
 

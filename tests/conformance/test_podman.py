@@ -58,19 +58,24 @@ def _build_busybox_image(env: dict[str, str], workdir: Path) -> None:
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "tmp").chmod(0o1777)
     shutil.copy2("/bin/busybox", root / "bin/busybox")
-    applets = subprocess.run(["/bin/busybox", "--list-full"], capture_output=True, text=True,
-                             check=True).stdout.split()
+    applets = subprocess.run(
+        ["/bin/busybox", "--list-full"], capture_output=True, text=True, check=True
+    ).stdout.split()
     for applet in applets:
         link = root / applet
         if not link.exists():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to("/bin/busybox")
-    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n"
-                                     "pomona:x:1000:1000:pomona:/home/pomona:/bin/sh\n")
+    (root / "etc/passwd").write_text(
+        "root:x:0:0:root:/root:/bin/sh\npomona:x:1000:1000:pomona:/home/pomona:/bin/sh\n"
+    )
     (root / "etc/group").write_text("root:x:0:\npomona:x:1000:\n")
-    tar = subprocess.run(["tar", "-C", str(root), "-c", "."], capture_output=True, check=True).stdout
-    done = _podman(env, "import", "-q", "-c", "ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin", "-", IMAGE,
-                   input=tar)
+    tar = subprocess.run(
+        ["tar", "-C", str(root), "-c", "."], capture_output=True, check=True
+    ).stdout
+    done = _podman(
+        env, "import", "-q", "-c", "ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin", "-", IMAGE, input=tar
+    )
     if done.returncode:
         pytest.skip(f"podman import failed: {done.stderr.decode().strip()}")
 
@@ -86,14 +91,21 @@ def podman_socket() -> Iterator[str]:
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     sock = workdir / "podman.sock"
     log = open(workdir / "service.log", "wb")
-    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
-                               env=env, stdout=log, stderr=log, start_new_session=True)
+    service = subprocess.Popen(
+        ["podman", "system", "service", "--time=0", f"unix://{sock}"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
             if service.poll() is not None:
-                pytest.skip("podman's API service cannot run here: "
-                            + (workdir / "service.log").read_text().strip()[-500:])
+                pytest.skip(
+                    "podman's API service cannot run here: "
+                    + (workdir / "service.log").read_text().strip()[-500:]
+                )
             if sock.exists():
                 probe = socket.socket(socket.AF_UNIX)
                 try:
@@ -123,13 +135,16 @@ def podman_socket() -> Iterator[str]:
 
 @pytest.fixture
 def podman_client(podman_socket: str, tmp_path: Path) -> Iterator[SandboxClient]:
-    with SandboxClient("podman", state_dir=str(tmp_path / "state"), base_url=podman_socket) as client:
+    with SandboxClient(
+        "podman", state_dir=str(tmp_path / "state"), base_url=podman_socket
+    ) as client:
         yield client
 
 
 def test_podman_exec_files_and_limits(podman_client):
-    with podman_client.create_sandbox(IMAGE, memory="128Mi", pids=64, cpu=0.5,
-                                      labels={"suite": "podman"}) as sb:
+    with podman_client.create_sandbox(
+        IMAGE, memory="128Mi", pids=64, cpu=0.5, labels={"suite": "podman"}
+    ) as sb:
         assert sb.info.runtime == "podman"
         r = sb.exec("echo hi; echo err >&2; id -u; pwd")
         assert (r.exit_code, r.stdout, r.stderr) == (0, "hi\n1000\n/workspace\n", "err\n")
@@ -141,8 +156,12 @@ def test_podman_exec_files_and_limits(podman_client):
         sb.write_file("/workspace/dir/a.txt", b"content")
         assert sb.read_file("/workspace/dir/a.txt") == b"content"
         assert [f.name for f in sb.list_files("/workspace/dir")] == ["a.txt"]
-        assert sb.exec("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max"
-                       ).stdout.strip() == "64"
+        assert (
+            sb.exec(
+                "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max"
+            ).stdout.strip()
+            == "64"
+        )
         assert [s.id for s in podman_client.list_sandboxes({"suite": "podman"})] == [sb.id]
 
 
@@ -181,7 +200,9 @@ def test_podman_network_none_and_gateway(podman_client):
     try:
         with podman_client.create_sandbox(IMAGE, network="none") as sb:
             assert "through-gateway" not in sb.exec(probe, timeout=20).stdout
-        with podman_client.create_sandbox(IMAGE, network="gateway", gateway=f"127.0.0.1:{port}") as sb:
+        with podman_client.create_sandbox(
+            IMAGE, network="gateway", gateway=f"127.0.0.1:{port}"
+        ) as sb:
             assert sb.exec(probe, timeout=20).stdout == "through-gateway"
     finally:
         server.close()

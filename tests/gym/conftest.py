@@ -46,8 +46,14 @@ def gym_proxy(runs: Path) -> Iterator[ProxyServer]:
     """A recording proxy whose model "broken" is routed to an upstream that rejects every call
     (this same proxy, asked for a model it does not have: a 404 no SDK retries)."""
     with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
-        broken = {"model_name": "broken", "litellm_params": {
-            "model": "openai/no-such-model", "api_base": f"{proxy.url}/v1", "api_key": "x"}}
+        broken = {
+            "model_name": "broken",
+            "litellm_params": {
+                "model": "openai/no-such-model",
+                "api_base": f"{proxy.url}/v1",
+                "api_key": "x",
+            },
+        }
         proxy.config.models.append(ModelRoute.from_entry(broken))
         yield proxy
 

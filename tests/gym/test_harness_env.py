@@ -34,9 +34,17 @@ def test_oracle_run_scores_one_and_is_recorded(gym_state, runs, harness):
     main = [c for c in info["calls"] if not c["side"]]
     assert [c["sequence"] for c in main] == list(range(len(main))) and len(main) == 2
     assert {c["episode"] for c in info["calls"]} == {record["episode"]}
-    (row,) = [r for r in trajectories.read(runs, "episodes").to_pylist()
-              if r["episode"] == record["episode"]]
-    assert (row["reward"], row["resolved"], row["task"], row["harness"]) == (1.0, True, "text/sort-names", harness)
+    (row,) = [
+        r
+        for r in trajectories.read(runs, "episodes").to_pylist()
+        if r["episode"] == record["episode"]
+    ]
+    assert (row["reward"], row["resolved"], row["task"], row["harness"]) == (
+        1.0,
+        True,
+        "text/sort-names",
+        harness,
+    )
     assert row["artifacts"] and row["artifacts"][0]["uri"].startswith("file://")
     env.close()
 
@@ -50,8 +58,13 @@ def test_model_without_commands_scores_zero(gym_state, runs):
 
 
 def test_failing_upstream_is_a_typed_failure_not_a_zero(gym_state, gym_proxy):
-    env = gym.make("pomona/HarnessEnv-v0", state_dir=gym_state, harness="claude-code",
-                   model="broken", timeout=60).unwrapped
+    env = gym.make(
+        "pomona/HarnessEnv-v0",
+        state_dir=gym_state,
+        harness="claude-code",
+        model="broken",
+        timeout=60,
+    ).unwrapped
     env._proxy = gym_proxy  # a proxy object cannot travel through gym.make's deep-copied kwargs
     env.reset(options={"task": "files/create-hello"})
     _, reward, terminated, _, info = env.step(0)

@@ -58,8 +58,15 @@ def test_policy_solves_the_task_through_the_real_harness(gym_state, runs, harnes
     assert (reward, terminated, truncated, info["failure"]) == (1.0, True, False, "none")
     assert info["steps"] == 2  # one tool call, one final message
     row = episode_row(runs, info["episode"])
-    assert (row["reward"], row["failure_kind"], row["harness"], row["task"]) == (1.0, "none", harness, task.id)
-    calls = [c for c in trajectories.read(runs, "calls").to_pylist() if c["episode"] == info["episode"]]
+    assert (row["reward"], row["failure_kind"], row["harness"], row["task"]) == (
+        1.0,
+        "none",
+        harness,
+        task.id,
+    )
+    calls = [
+        c for c in trajectories.read(runs, "calls").to_pylist() if c["episode"] == info["episode"]
+    ]
     main = [c for c in calls if not c["side"]]
     assert [c["upstream"] for c in main] == ["policy", "policy"]
     assert {c["dialect"] for c in calls} == {dialect}
@@ -92,8 +99,9 @@ def test_observation_is_the_held_request(gym_state, runs):
 def test_step_budget_stops_the_harness_and_scores(gym_state, runs):
     env = make(gym_state, runs, harness="pi", max_steps=1)
     env.reset(options={"task": TASK})
-    _, reward, terminated, truncated, info = env.step(solve_with(["echo hello > hello.txt"])(
-        env.unwrapped._obs(env.unwrapped._call)))
+    _, reward, terminated, truncated, info = env.step(
+        solve_with(["echo hello > hello.txt"])(env.unwrapped._obs(env.unwrapped._call))
+    )
     assert (reward, terminated, truncated, info["failure"]) == (1.0, False, True, "none")
     env.close()
 
@@ -108,16 +116,25 @@ def test_policy_that_never_answers_is_a_timeout(gym_state, runs):
     assert (reward, terminated, info["failure"]) == (0.0, True, "timeout")
     row = episode_row(runs, info["episode"])
     assert row["failure_kind"] == "timeout" and row["reward"] is None
-    first = next(c for c in trajectories.read(runs, "calls").to_pylist()
-                 if c["episode"] == info["episode"] and c["sequence"] == 0 and not c["side"])
-    assert (first["status"], first["status_code"], first["upstream"]) == ("upstream_error", 504, "policy")
+    first = next(
+        c
+        for c in trajectories.read(runs, "calls").to_pylist()
+        if c["episode"] == info["episode"] and c["sequence"] == 0 and not c["side"]
+    )
+    assert (first["status"], first["status_code"], first["upstream"]) == (
+        "upstream_error",
+        504,
+        "policy",
+    )
     env.close()
 
 
 def test_harness_that_exits_between_calls_is_typed(gym_state, runs):
     env = make(gym_state, runs, harness="pi")
     env.reset(options={"task": TASK})
-    kill = "for p in /proc/[0-9]*; do grep -qzE '^POMONA_RUN=' $p/environ && kill -9 ${p#/proc/}; done"
+    kill = (
+        "for p in /proc/[0-9]*; do grep -qzE '^POMONA_RUN=' $p/environ && kill -9 ${p#/proc/}; done"
+    )
     with env.unwrapped.sandbox.pty(["sh", "-c", kill]) as term:  # the harness dies mid-call
         term.wait(30)
     env.unwrapped._run.thread.join(30)

@@ -19,16 +19,36 @@ from pomona.gym.sandboxes import shared_client
 # Only the hanging task has a short budget: it cannot finish in it on any machine, and the
 # episodes meant to succeed get a budget no load can exhaust (a busy 2-core box once timed out
 # a good episode under a shared 20 s budget).
-HANG = Task(id="gym-test/hang", instruction="Wait.", scorer=CommandScorer("true", ""),
-            solution=("sleep 120",), benchmark="gym-test", metadata={"agent_timeout": 10})
-DOOMED = Task(id="gym-test/doomed", instruction="Wait.", scorer=CommandScorer("true", ""),
-              solution=("sleep 120",), benchmark="gym-test")
-BROKEN = Task(id="gym-test/broken-upstream", instruction="Create hello.txt.",
-              scorer=CommandScorer("cat hello.txt", "hello"), solution=("echo hello > hello.txt",),
-              benchmark="gym-test")
+HANG = Task(
+    id="gym-test/hang",
+    instruction="Wait.",
+    scorer=CommandScorer("true", ""),
+    solution=("sleep 120",),
+    benchmark="gym-test",
+    metadata={"agent_timeout": 10},
+)
+DOOMED = Task(
+    id="gym-test/doomed",
+    instruction="Wait.",
+    scorer=CommandScorer("true", ""),
+    solution=("sleep 120",),
+    benchmark="gym-test",
+)
+BROKEN = Task(
+    id="gym-test/broken-upstream",
+    instruction="Create hello.txt.",
+    scorer=CommandScorer("cat hello.txt", "hello"),
+    solution=("echo hello > hello.txt",),
+    benchmark="gym-test",
+)
 GOOD = [builtin.get("files/create-hello"), builtin.get("text/replace")]
-EXPECTED = {"files/create-hello": "none", "text/replace": "none", HANG.id: "timeout",
-            DOOMED.id: "sandbox", BROKEN.id: "upstream"}
+EXPECTED = {
+    "files/create-hello": "none",
+    "text/replace": "none",
+    HANG.id: "timeout",
+    DOOMED.id: "sandbox",
+    BROKEN.id: "upstream",
+}
 
 
 def kill_doomed_sandboxes(state_dir: str, stop: threading.Event) -> None:
@@ -51,17 +71,29 @@ def test_twenty_episodes_with_failures(gym_state, gym_proxy, runs):
         streamed.append(record.episode)
 
     try:
-        records = asyncio.run(pomona.gym.rollout(
-            [*GOOD, HANG, DOOMED, BROKEN], "pi",
-            lambda task: "broken" if task is BROKEN else "oracle",
-            n=4, concurrency=8, proxy=gym_proxy, state_dir=gym_state, timeout=600,
-            run_id="rollout-test", progress=True, on_episode=on_episode))
+        records = asyncio.run(
+            pomona.gym.rollout(
+                [*GOOD, HANG, DOOMED, BROKEN],
+                "pi",
+                lambda task: "broken" if task is BROKEN else "oracle",
+                n=4,
+                concurrency=8,
+                proxy=gym_proxy,
+                state_dir=gym_state,
+                timeout=600,
+                run_id="rollout-test",
+                progress=True,
+                on_episode=on_episode,
+            )
+        )
     finally:
         stop.set()
         killer.join(5)
 
     assert len(records) == 20 and sorted(streamed) == sorted(r.episode for r in records)
-    assert [(r.task, r.attempt) for r in records][:4] == [("files/create-hello", i) for i in range(4)]
+    assert [(r.task, r.attempt) for r in records][:4] == [
+        ("files/create-hello", i) for i in range(4)
+    ]
     for r in records:
         assert r.failure_kind == EXPECTED[r.task], (r.task, r.failure_kind, r.failure_message)
         if r.failure_kind == "none":
@@ -69,12 +101,19 @@ def test_twenty_episodes_with_failures(gym_state, gym_proxy, runs):
         else:
             assert r.reward is None and r.resolved is None and r.failure_message
 
-    rows = {row["episode"]: row for row in trajectories.read(runs, "episodes").to_pylist()
-            if row["run"] == "rollout-test"}
+    rows = {
+        row["episode"]: row
+        for row in trajectories.read(runs, "episodes").to_pylist()
+        if row["run"] == "rollout-test"
+    }
     assert set(rows) == {r.episode for r in records}
     for r in records:
         row = rows[r.episode]
-        assert (row["task"], row["failure_kind"], row["reward"]) == (r.task, r.failure_kind, r.reward)
+        assert (row["task"], row["failure_kind"], row["reward"]) == (
+            r.task,
+            r.failure_kind,
+            r.reward,
+        )
     main_calls = {}
     for call in trajectories.read(runs, "calls").to_pylist():
         if not call["side"]:

@@ -7,5 +7,7 @@ from tests.images import docker_image, rootfs_tar
 
 
 def bare_image() -> str:
-    return docker_image("pomona-test/debian-bare:bookworm",
-                        rootfs_tar("debian-bookworm-bare", absent=("python3", "python", "node", "nodejs")))
+    return docker_image(
+        "pomona-test/debian-bare:bookworm",
+        rootfs_tar("debian-bookworm-bare", absent=("python3", "python", "node", "nodejs")),
+    )

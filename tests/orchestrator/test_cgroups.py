@@ -32,7 +32,9 @@ def test_v1_limits_go_to_each_controller(tmp_path: Path):
     assert not is_v2(tmp_path)
     group = Cgroup("sb-2", "pomona-test", root=tmp_path)
     group.create(Limits(cpu=0.5, memory=64 * 2**20, pids=16))
-    assert (tmp_path / "memory/pomona-test/sb-2/memory.limit_in_bytes").read_text() == str(64 * 2**20)
+    assert (tmp_path / "memory/pomona-test/sb-2/memory.limit_in_bytes").read_text() == str(
+        64 * 2**20
+    )
     assert (tmp_path / "pids/pomona-test/sb-2/pids.max").read_text() == "16"
     assert (tmp_path / "cpu/pomona-test/sb-2/cpu.cfs_quota_us").read_text() == "50000"
     assert len(group.procs_files) == 3

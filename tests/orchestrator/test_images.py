@@ -22,7 +22,9 @@ from pomona import SandboxClient
 from pomona.errors import ImageNotFound
 from tests.conftest import docker_available
 
-pytestmark = pytest.mark.skipif(not docker_available(), reason="needs a Docker engine to build the image")
+pytestmark = pytest.mark.skipif(
+    not docker_available(), reason="needs a Docker engine to build the image"
+)
 IMAGE = "pomona-test/layered:1"
 
 
@@ -43,18 +45,27 @@ def built(tmp_path_factory) -> dict[str, str]:
     work = tmp_path_factory.mktemp("image")
     base = work / "base.tar"
     _busybox_rootfs_tar(base)
-    subprocess.run(["docker", "import", str(base), "pomona-test/layered-base:1"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["docker", "import", str(base), "pomona-test/layered-base:1"],
+        check=True,
+        capture_output=True,
+    )
     (work / "Dockerfile").write_text(
         "FROM pomona-test/layered-base:1\n"
         "RUN rm /etc/removed-later && mkdir -p /opt/added && echo layer2 > /opt/added/file\n"
-        "ENV POMONA_IMAGE_VAR=from-image\n")
-    subprocess.run(["docker", "build", "-q", "-t", IMAGE, str(work)], check=True, capture_output=True)
+        "ENV POMONA_IMAGE_VAR=from-image\n"
+    )
+    subprocess.run(
+        ["docker", "build", "-q", "-t", IMAGE, str(work)], check=True, capture_output=True
+    )
     docker_archive = work / "docker-save.tar"
     subprocess.run(["docker", "save", "-o", str(docker_archive), IMAGE], check=True)
     oci_archive = work / "oci.tar"
-    subprocess.run(["skopeo", "copy", f"docker-archive:{docker_archive}", f"oci-archive:{oci_archive}"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["skopeo", "copy", f"docker-archive:{docker_archive}", f"oci-archive:{oci_archive}"],
+        check=True,
+        capture_output=True,
+    )
     return {"docker_archive": str(docker_archive), "oci_archive": str(oci_archive)}
 
 
@@ -65,10 +76,15 @@ def registry(tmp_path_factory, built) -> str:
         port = s.getsockname()[1]
     root = tmp_path_factory.mktemp("registry")
     config = root / "config.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
-    server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             try:
@@ -77,9 +93,17 @@ def registry(tmp_path_factory, built) -> str:
             except httpx.HTTPError:
                 time.sleep(0.1)
         ref = f"127.0.0.1:{port}/pomona/layered:1"
-        subprocess.run(["skopeo", "copy", "--dest-tls-verify=false",
-                        f"docker-archive:{built['docker_archive']}", f"docker://{ref}"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                "skopeo",
+                "copy",
+                "--dest-tls-verify=false",
+                f"docker-archive:{built['docker_archive']}",
+                f"docker://{ref}",
+            ],
+            check=True,
+            capture_output=True,
+        )
         yield ref
     finally:
         server.terminate()

@@ -74,4 +74,6 @@ def test_delete_while_creating_leaves_nothing_behind():
         runtime.unmount_store()
     group = runtime.cgroup_group
     parents = [ROOT / group] if is_v2() else [ROOT / c / group for c in ("memory", "pids", "cpu")]
-    assert not any(Path(p).exists() for p in parents), "the runtime's parent cgroup outlived its state"
+    assert not any(Path(p).exists() for p in parents), (
+        "the runtime's parent cgroup outlived its state"
+    )

@@ -20,7 +20,11 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789", "admin": "admin-key-0123456789"}
+KEYS = {
+    "alice": "alice-key-0123456789",
+    "bob": "bob-key-0123456789",
+    "admin": "admin-key-0123456789",
+}
 KEYS_ENV = ",".join(f"{n}:{k}" for n, k in KEYS.items())
 
 
@@ -46,8 +50,16 @@ def wait_healthy(url: str, process: subprocess.Popen | None = None, limit: float
 def server_thread(app) -> Iterator[str]:
     """uvicorn serving `app` on a free port in a daemon thread; yields the base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           ws="websockets-sansio", timeout_keep_alive=120))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            ws="websockets-sansio",
+            timeout_keep_alive=120,
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -77,8 +89,13 @@ class Replica:
     """One `pomona serve` process over the local runtime; kill() is SIGKILL, restart() comes back
     on the same port and state."""
 
-    def __init__(self, state_dir: Path, redis_url: str | None = None, port: int | None = None,
-                 **options: object):
+    def __init__(
+        self,
+        state_dir: Path,
+        redis_url: str | None = None,
+        port: int | None = None,
+        **options: object,
+    ):
         self.state_dir, self.redis_url = state_dir, redis_url
         self.port = port or free_port()
         self.options = options
@@ -88,8 +105,18 @@ class Replica:
     def start(self) -> Replica:
         env = {**os.environ, "POMONA_API_KEYS": KEYS_ENV}
         self.process = subprocess.Popen(
-            [sys.executable, "-c", REPLICA, str(self.port), str(self.state_dir), self.redis_url or "",
-             repr(self.options)], env=env, start_new_session=True)
+            [
+                sys.executable,
+                "-c",
+                REPLICA,
+                str(self.port),
+                str(self.state_dir),
+                self.redis_url or "",
+                repr(self.options),
+            ],
+            env=env,
+            start_new_session=True,
+        )
         wait_healthy(self.url, self.process)
         return self
 
@@ -126,12 +153,32 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--maxmemory-policy", "noeviction"], stdout=subprocess.DEVNULL, start_new_session=True)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2) as s:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 0.2) as s,
+            ):
                 s.sendall(b"PING\r\n")
                 if s.recv(16).startswith(b"+PONG"):
                     return self

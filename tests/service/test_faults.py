@@ -59,10 +59,15 @@ def test_sigkill_mid_exec_gives_a_clear_error_never_a_second_run(state):
                     outcome["result"] = sb.exec("echo ran >> /workspace/runs; sleep 3; echo done")
                 except PomonaError as e:
                     outcome["error"] = e
+
             caller = threading.Thread(target=exec_slow)
             caller.start()
-            poll(lambda: (state / "store" / "sandboxes" / sb.id / "rootfs" /
-                                                "workspace" / "runs").exists(), what="the command starting")
+            poll(
+                lambda: (
+                    state / "store" / "sandboxes" / sb.id / "rootfs" / "workspace" / "runs"
+                ).exists(),
+                what="the command starting",
+            )
             replica.restart()  # SIGKILL, then a new process on the same port and state
             caller.join(120)
             assert not caller.is_alive()
@@ -83,11 +88,13 @@ def test_sigkill_mid_create_leaks_nothing_and_never_duplicates(state):
     try:
         ids = [f"burst-{i}" for i in range(12)]
         with sdk(replica.url) as client:
+
             def create(sandbox_id: str) -> str | Exception:
                 try:
                     return client.create_sandbox(sandbox_id=sandbox_id, disk="64Mi").id
                 except PomonaError as e:
                     return e
+
             with ThreadPoolExecutor(len(ids)) as pool:
                 futures = [pool.submit(create, i) for i in ids]
                 poll(lambda: len(sandbox_dirs(state)) >= 2, what="creates starting")
@@ -101,8 +108,10 @@ def test_sigkill_mid_create_leaks_nothing_and_never_duplicates(state):
             # what is listed works; what is not listed left nothing behind (after recovery)
             for sandbox_id in listed:
                 assert client.get_sandbox(sandbox_id).exec("echo ok").stdout == "ok\n"
-            poll(lambda: sandbox_dirs(state) == {s.id for s in client.list_sandboxes()},
-                 what="half-created sandboxes being removed")
+            poll(
+                lambda: sandbox_dirs(state) == {s.id for s in client.list_sandboxes()},
+                what="half-created sandboxes being removed",
+            )
             for sandbox_id in listed:
                 client.delete_sandbox(sandbox_id)
         assert sandbox_dirs(state) == set()
@@ -122,8 +131,11 @@ OWNER = textwrap.dedent("""
 def test_a_client_that_disappears_has_its_sandboxes_reaped_after_ttl(state):
     replica = Replica(state).start()
     try:
-        owner = subprocess.Popen([sys.executable, "-c", OWNER, replica.url, KEYS["bob"]],
-                                 stdout=subprocess.PIPE, text=True)
+        owner = subprocess.Popen(
+            [sys.executable, "-c", OWNER, replica.url, KEYS["bob"]],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         sandbox_id = owner.stdout.readline().strip()
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
@@ -136,6 +148,7 @@ def test_a_client_that_disappears_has_its_sandboxes_reaped_after_ttl(state):
                     return False
                 except SandboxNotFound:
                     return True
+
             poll(gone, what="the reaper removing the sandbox")
             assert sandbox_id in client.reap()  # and it says so to its owner
         assert sandbox_id not in sandbox_dirs(state)
@@ -161,6 +174,7 @@ def test_redis_restarted_under_load_the_service_recovers(state, redis_server):
                         failures.append(e)
                         return
                     counts[sb.id] = n
+
             threads = [threading.Thread(target=load, args=(sb,)) for sb in sandboxes]
             for t in threads:
                 t.start()
@@ -169,8 +183,10 @@ def test_redis_restarted_under_load_the_service_recovers(state, redis_server):
             time.sleep(1.0)  # requests meet a missing store meanwhile
             redis_server.start()
             before = dict(counts)
-            poll(lambda: all(counts[k] >= before[k] + 5 for k in counts) or bool(failures),
-                 what="execs going on after the restart")
+            poll(
+                lambda: all(counts[k] >= before[k] + 5 for k in counts) or bool(failures),
+                what="execs going on after the restart",
+            )
             stop.set()
             for t in threads:
                 t.join(60)
@@ -178,13 +194,17 @@ def test_redis_restarted_under_load_the_service_recovers(state, redis_server):
             for sb in sandboxes:  # every command ran exactly once, in order
                 lines = sb.exec("cat /workspace/log").stdout.split()
                 assert lines == [str(i) for i in range(1, counts[sb.id] + 1)]
-            assert {s.id for s in client.list_sandboxes({"fault": "redis"})} == {s.id for s in sandboxes}
+            assert {s.id for s in client.list_sandboxes({"fault": "redis"})} == {
+                s.id for s in sandboxes
+            }
     finally:
         replica.stop()
 
 
-CRITICAL = ("mkdir /tmp/inside 2>/dev/null || echo CONCURRENT; echo {n} >> /workspace/log; "
-            "sleep 0.02; rmdir /tmp/inside")
+CRITICAL = (
+    "mkdir /tmp/inside 2>/dev/null || echo CONCURRENT; echo {n} >> /workspace/log; "
+    "sleep 0.02; rmdir /tmp/inside"
+)
 
 
 def test_two_replicas_one_redis_alternating_clients(state, redis_server):
@@ -199,9 +219,11 @@ def test_two_replicas_one_redis_alternating_clients(state, redis_server):
         def one(i: int, sandbox_id: str) -> str:
             sb = clients[i % 2].get_sandbox(sandbox_id)  # the other replica half of the time
             return sb.exec(CRITICAL.format(n=i)).stdout
+
         with ThreadPoolExecutor(16) as pool:
-            outputs = list(pool.map(lambda job: one(*job),
-                                    [(i, s) for s in ids for i in range(per_sandbox)]))
+            outputs = list(
+                pool.map(lambda job: one(*job), [(i, s) for s in ids for i in range(per_sandbox)])
+            )
         assert not any("CONCURRENT" in o for o in outputs)  # never two at once on one sandbox
         for sandbox_id in ids:
             log = clients[1].get_sandbox(sandbox_id).exec("cat /workspace/log").stdout.split()
@@ -239,7 +261,10 @@ def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
             return stored
 
     state.mkdir(parents=True)
-    with memory_service(state, AnswerLostOnce(state / "store.db")) as served, sdk(served.url) as client:
+    with (
+        memory_service(state, AnswerLostOnce(state / "store.db")) as served,
+        sdk(served.url) as client,
+    ):
         sb = client.create_sandbox()
         result = sb.exec("count log")  # 503, retried with the same key
         assert result.stdout == "1\n" and AnswerLostOnce.lost
@@ -247,7 +272,9 @@ def test_a_job_whose_store_answer_was_lost_runs_exactly_once(state):
         # no retry at all (the client gave up, or retried on another replica, which only waits):
         # the replica that stored it starts it at its next maintenance pass, once
         AnswerLostOnce.lost = False
-        with httpx.Client(base_url=served.url, headers={"X-API-Key": KEYS["alice"]}, timeout=60) as http:
+        with httpx.Client(
+            base_url=served.url, headers={"X-API-Key": KEYS["alice"]}, timeout=60
+        ) as http:
             answer = http.post(f"/sandboxes/{sb.id}/exec", json={"command": "count log"})
         assert answer.status_code == 503 and AnswerLostOnce.lost
         poll(lambda: sb.read_file("log") == b"ran\nran\n", what="the stored job ran")

@@ -33,7 +33,12 @@ def schema(memory):
 def ensure_target(url: str) -> None:
     """A sandbox that half of the generated ids are replaced with, so cases get past the 404."""
     with httpx.Client(base_url=url, headers={"X-API-Key": KEYS["alice"]}) as client:
-        assert client.post("/sandboxes", json={"image": "host", "sandbox_id": "fuzz-target"}).status_code == 200
+        assert (
+            client.post(
+                "/sandboxes", json={"image": "host", "sandbox_id": "fuzz-target"}
+            ).status_code
+            == 200
+        )
 
 
 def test_no_request_makes_the_service_fail(schema, memory):
@@ -42,17 +47,27 @@ def test_no_request_makes_the_service_fail(schema, memory):
     for operation in schema.get_all_operations():
         op = operation.ok()
         ensure_target(service_url)
-        strategy = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
+        strategy = st.one_of(
+            op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE)
+        )
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=strategy)
         def fuzz(case) -> None:
             if "sandbox_id" in (case.path_parameters or {}) and hash(str(case.path_parameters)) % 2:
                 case.path_parameters["sandbox_id"] = "fuzz-target"  # reach past the 404
-            response = case.call(base_url=service_url, headers={"X-API-Key": KEYS["alice"]}, timeout=30)
-            assert response.status_code < 500 or response.status_code == 503, \
+            response = case.call(
+                base_url=service_url, headers={"X-API-Key": KEYS["alice"]}, timeout=30
+            )
+            assert response.status_code < 500 or response.status_code == 503, (
                 f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:500]}"
+            )
+
         fuzz()
         checked += 1
     assert checked >= 25  # every route was exercised

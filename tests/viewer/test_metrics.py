@@ -169,7 +169,9 @@ def test_observers_the_app_is_given_see_each_call_with_the_upstreams_own_timing(
     # the upstream's first byte came within the proxy's own wait for it
     assert 0 <= passed.upstream_ttfb_s <= passed.row["ttfb_ms"] / 1000
     assert all(r.write_s is not None for r in seen.records)
-    added = value(samples, "pomona_proxy_added_seconds_count", upstream="passthrough", dialect="chat")
+    added = value(
+        samples, "pomona_proxy_added_seconds_count", upstream="passthrough", dialect="chat"
+    )
     assert added == 1
 
 

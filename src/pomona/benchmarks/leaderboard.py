@@ -31,8 +31,16 @@ def load_episodes(trajectories: str | Path) -> list[dict[str, Any]]:
 
 def rank(summaries: Iterable[Summary]) -> list[Summary]:
     """By benchmark, then resolve rate and mean reward, best first."""
-    return sorted(summaries, key=lambda s: (s.benchmark, -(s.resolve_rate or 0.0),
-                                            -(s.mean_reward or 0.0), s.harness, s.model))
+    return sorted(
+        summaries,
+        key=lambda s: (
+            s.benchmark,
+            -(s.resolve_rate or 0.0),
+            -(s.mean_reward or 0.0),
+            s.harness,
+            s.model,
+        ),
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -41,15 +49,35 @@ def _pct(value: float | None) -> str:
 
 def rows_of(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
     ks = sorted({k for s in summaries for k in s.pass_at if k > 1})
-    header = ["benchmark", "harness", "model", "tasks", "trials", "resolve %", "reward",
-              *(f"pass@{k} %" for k in ks), *(f"pass^{k} %" for k in ks), "infra fail"]
+    header = [
+        "benchmark",
+        "harness",
+        "model",
+        "tasks",
+        "trials",
+        "resolve %",
+        "reward",
+        *(f"pass@{k} %" for k in ks),
+        *(f"pass^{k} %" for k in ks),
+        "infra fail",
+    ]
     body = []
     for s in summaries:
         failures = ", ".join(f"{k} {n}" for k, n in sorted(s.failures.items())) or "0"
-        body.append([s.benchmark, s.harness, s.model, str(s.tasks), str(s.trials),
-                     _pct(s.resolve_rate), "-" if s.mean_reward is None else f"{s.mean_reward:.3f}",
-                     *(_pct(s.pass_at.get(k)) for k in ks), *(_pct(s.pass_hat.get(k)) for k in ks),
-                     failures])
+        body.append(
+            [
+                s.benchmark,
+                s.harness,
+                s.model,
+                str(s.tasks),
+                str(s.trials),
+                _pct(s.resolve_rate),
+                "-" if s.mean_reward is None else f"{s.mean_reward:.3f}",
+                *(_pct(s.pass_at.get(k)) for k in ks),
+                *(_pct(s.pass_hat.get(k)) for k in ks),
+                failures,
+            ]
+        )
     return header, body
 
 
@@ -59,8 +87,10 @@ def format_table(summaries: list[Summary]) -> str:
         return "no episodes recorded yet"
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     line = "  ".join
-    out = [line(h.ljust(w) for h, w in zip(header, widths, strict=True)),
-           line("-" * w for w in widths)]
+    out = [
+        line(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+        line("-" * w for w in widths),
+    ]
     out += [line(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
     return "\n".join(out)
 
@@ -73,8 +103,9 @@ def matrix_png(summaries: list[Summary]) -> bytes:
     import matplotlib.pyplot as plt
 
     benchmarks = sorted({s.benchmark for s in summaries})
-    fig, axes = plt.subplots(1, len(benchmarks), figsize=(max(4.5, 4.5 * len(benchmarks)), 3.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(benchmarks), figsize=(max(4.5, 4.5 * len(benchmarks)), 3.6), squeeze=False
+    )
     for ax, bench in zip(axes[0], benchmarks, strict=True):
         group = [s for s in summaries if s.benchmark == bench]
         harnesses = sorted({s.harness for s in group})
@@ -90,8 +121,14 @@ def matrix_png(summaries: list[Summary]) -> bytes:
         for i, row in enumerate(grid):
             for j, value in enumerate(row):
                 if value == value:  # not NaN
-                    ax.text(j, i, f"{value:.0f}", ha="center", va="center",
-                            color="white" if value < 60 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{value:.0f}",
+                        ha="center",
+                        va="center",
+                        color="white" if value < 60 else "black",
+                    )
         fig.colorbar(image, ax=ax, label="resolve %")
     fig.tight_layout()
     buf = io.BytesIO()
@@ -100,13 +137,21 @@ def matrix_png(summaries: list[Summary]) -> bytes:
     return buf.getvalue()
 
 
-def write_html(summaries: list[Summary], path: str | Path, title: str = "Pomona leaderboard") -> Path:
+def write_html(
+    summaries: list[Summary], path: str | Path, title: str = "Pomona leaderboard"
+) -> Path:
     """A static page: the ranked table and the cross-harness matrix plot, self-contained."""
     header, body = rows_of(summaries)
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
-    plot = (f'<img alt="resolve rate by model and harness" src="data:image/png;base64,'
-            f'{base64.b64encode(matrix_png(summaries)).decode()}">' if summaries else "")
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body
+    )
+    plot = (
+        f'<img alt="resolve rate by model and harness" src="data:image/png;base64,'
+        f'{base64.b64encode(matrix_png(summaries)).decode()}">'
+        if summaries
+        else ""
+    )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -124,13 +169,17 @@ counted in the last column.</p>
     return path
 
 
-def leaderboard(trajectories: str | Path = DEFAULT_TRAJECTORIES, ks: Iterable[int] = (1,)) -> list[Summary]:
+def leaderboard(
+    trajectories: str | Path = DEFAULT_TRAJECTORIES, ks: Iterable[int] = (1,)
+) -> list[Summary]:
     return rank(summarize(load_episodes(trajectories), ks))
 
 
 def add_leaderboard_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `leaderboard` on a `pomona` subparsers object."""
-    p = subparsers.add_parser("leaderboard", help="rank (benchmark, harness, model) from stored episodes")
+    p = subparsers.add_parser(
+        "leaderboard", help="rank (benchmark, harness, model) from stored episodes"
+    )
     p.add_argument("--trajectories", type=Path, default=DEFAULT_TRAJECTORIES)
     p.add_argument("--html", type=Path, help="also write a static HTML page with the plot")
     p.add_argument("-k", type=int, nargs="*", default=[1, 3], help="pass@k / pass^k to report")

@@ -64,7 +64,9 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize_group(key: Key, rows: Iterable[Mapping[str, Any]], ks: Iterable[int] = (1,)) -> Summary:
+def summarize_group(
+    key: Key, rows: Iterable[Mapping[str, Any]], ks: Iterable[int] = (1,)
+) -> Summary:
     """Metrics of one (benchmark, harness, model) from its episodes."""
     per_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     failures: Counter[str] = Counter()
@@ -78,19 +80,28 @@ def summarize_group(key: Key, rows: Iterable[Mapping[str, Any]], ks: Iterable[in
     least = min((n for n, _ in counts.values()), default=0)
     wanted = sorted({k for k in ks if 1 <= k <= least})
     return Summary(
-        *key, tasks=len(per_task), trials=sum(n for n, _ in counts.values()),
+        *key,
+        tasks=len(per_task),
+        trials=sum(n for n, _ in counts.values()),
         resolved=sum(c for _, c in counts.values()),
         resolve_rate=_mean([c / n for n, c in counts.values()]),
-        mean_reward=_mean([sum(float(r["reward"]) for r in rs) / len(rs) for rs in per_task.values()]),
+        mean_reward=_mean(
+            [sum(float(r["reward"]) for r in rs) / len(rs) for rs in per_task.values()]
+        ),
         pass_at={k: _mean([pass_at_k(n, c, k) for n, c in counts.values()]) or 0.0 for k in wanted},
-        pass_hat={k: _mean([pass_hat_k(n, c, k) for n, c in counts.values()]) or 0.0 for k in wanted},
-        failures=dict(failures))
+        pass_hat={
+            k: _mean([pass_hat_k(n, c, k) for n, c in counts.values()]) or 0.0 for k in wanted
+        },
+        failures=dict(failures),
+    )
 
 
 def summarize(rows: Iterable[Mapping[str, Any]], ks: Iterable[int] = (1,)) -> list[Summary]:
     """One Summary per (benchmark, harness, model), in key order."""
     groups: dict[Key, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
-        groups[(row.get("benchmark") or "?", row.get("harness") or "?", row.get("model") or "?")].append(row)
+        groups[
+            (row.get("benchmark") or "?", row.get("harness") or "?", row.get("model") or "?")
+        ].append(row)
     ks = tuple(ks)
     return [summarize_group(key, groups[key], ks) for key in sorted(groups)]

@@ -33,8 +33,14 @@ BROWSER = ("miniwob", "webvoyager-local", "deepshop-local", "mind2web-local")
 
 CLAW = {"claw-eval": "claw-eval", "qwenclawbench": "openclaw"}  # task format -> natural harness
 
-LOCAL = ("swe-local", "swe-multilingual-local", "terminal-bench-local", *builtin.TASK_SETS,
-         *BROWSER, *(f"{c}-local" for c in CLAW))
+LOCAL = (
+    "swe-local",
+    "swe-multilingual-local",
+    "terminal-bench-local",
+    *builtin.TASK_SETS,
+    *BROWSER,
+    *(f"{c}-local" for c in CLAW),
+)
 
 
 def natural_harness(name: str) -> str:
@@ -43,8 +49,13 @@ def natural_harness(name: str) -> str:
     return "webvoyager" if name in BROWSER else CLAW.get(claw, "pi")
 
 
-def load(name: str, *, logs: str | Path = "pomona-runs/swebench", run_id: str = "pomona",
-         model: str = "pomona") -> list[Task]:
+def load(
+    name: str,
+    *,
+    logs: str | Path = "pomona-runs/swebench",
+    run_id: str = "pomona",
+    model: str = "pomona",
+) -> list[Task]:
     kind, _, path = name.partition(":")
     swe = {"root": str(logs), "run_id": run_id, "model": model}
     if name in swe_tasks.TASK_SETS:
@@ -67,5 +78,7 @@ def load(name: str, *, logs: str | Path = "pomona-runs/swebench", run_id: str = 
         from pomona.benchmarks.claw import load as load_claw
 
         return load_claw(claw, path or None)
-    raise KeyError(f"unknown benchmark {name!r}: choose {', '.join(LOCAL)}, swebench:DATASET "
-                   "or terminal-bench:PATH")
+    raise KeyError(
+        f"unknown benchmark {name!r}: choose {', '.join(LOCAL)}, swebench:DATASET "
+        "or terminal-bench:PATH"
+    )

@@ -56,7 +56,8 @@ class EpisodeRecord:
     artifacts: list[dict[str, str]] = field(default_factory=list)
     started_at: float = 0.0  # wall clock (time.time()) when the attempt began
     harness_started_at: float | None = None  # wall clock when the harness was launched
-    timings: dict[str, float] = field(default_factory=dict)  # seconds: sandbox, harness, score, total
+    # seconds: sandbox, harness, score, total
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
@@ -152,8 +153,9 @@ def delete_sandbox(sandbox: Sandbox | None) -> None:
             sandbox.delete()
 
 
-def score(task: Task, sandbox: Sandbox, run: HarnessResult | None = None,
-          proxy: ProxyLink | None = None) -> tuple[Score | None, str, str | None]:
+def score(
+    task: Task, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+) -> tuple[Score | None, str, str | None]:
     """The task's verdict, or why there is none (`sandbox` lost, `verifier` broken)."""
     try:
         return task.evaluate(sandbox, run=run, proxy=proxy), "none", None
@@ -286,8 +288,9 @@ def run_episode(
     timings = record.timings
     sandbox = None
     try:
-        sandbox = start_sandbox(client, task, link, image=image, ttl=timeout + 600,
-                                labels={"run": run_id})
+        sandbox = start_sandbox(
+            client, task, link, image=image, ttl=timeout + 600, labels={"run": run_id}
+        )
         timings["sandbox"] = time.monotonic() - t0
         record.harness_started_at = time.time()
         turn: Turn | None = Turn(task.instruction, timeout)
@@ -296,15 +299,28 @@ def run_episode(
             budget = turn.timeout or timeout
             t1 = time.monotonic()
             with kept_alive(sandbox, timeout + 600, budget):
-                result: HarnessResult = run(h, turn.instruction, sandbox, name, link,
-                                            timeout=budget, dialect=dialect, episode=ep,
-                                            close=False, mcp=task.environment.mcp)
+                result: HarnessResult = run(
+                    h,
+                    turn.instruction,
+                    sandbox,
+                    name,
+                    link,
+                    timeout=budget,
+                    dialect=dialect,
+                    episode=ep,
+                    close=False,
+                    mcp=task.environment.mcp,
+                )
             timings["harness"] = timings.get("harness", 0.0) + time.monotonic() - t1
             record.final_answer, record.calls = result.final_answer, result.calls
-            record.failure_kind, record.failure_message = result.failure_kind, result.failure_message
+            record.failure_kind, record.failure_message = (
+                result.failure_kind,
+                result.failure_message,
+            )
             prefix = f"turn-{number}/" if number else ""  # the turns' transcripts side by side
             record.artifacts += save_artifacts(
-                link, ep["key"], {prefix + k: v for k, v in result.artifacts.items()})
+                link, ep["key"], {prefix + k: v for k, v in result.artifacts.items()}
+            )
             if not record.ran:
                 break
             turn, record.failure_kind, record.failure_message = next_turn(task, sandbox)
@@ -313,8 +329,9 @@ def run_episode(
             record.failure_kind = "sandbox"
         if record.ran:
             t2 = time.monotonic()
-            verdict, record.failure_kind, record.failure_message = score(task, sandbox, result,
-                                                                       link)
+            verdict, record.failure_kind, record.failure_message = score(
+                task, sandbox, result, link
+            )
             timings["score"] = time.monotonic() - t2
             if verdict is not None:
                 record.reward, record.resolved = verdict.reward, verdict.resolved

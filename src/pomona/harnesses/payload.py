@@ -102,8 +102,12 @@ def _locked(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # say what we wait for: an install can take minutes
-            print(f"pomona: waiting for another process installing the harness payload in {root} "
-                  f"(lock {root / '.lock'})", file=sys.stderr, flush=True)
+            print(
+                f"pomona: waiting for another process installing the harness payload in {root} "
+                f"(lock {root / '.lock'})",
+                file=sys.stderr,
+                flush=True,
+            )
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -102,7 +102,9 @@ def _setup_script(dirs: list[str], files: dict[str, str]) -> str:
 def _scratch(sandbox: Sandbox) -> str:
     """Where run directories go: not under /tmp when avoidable, because Codex refuses to create
     its helper binaries (the apply_patch alias) under a temporary directory."""
-    probe = 'for d in /var/tmp "$HOME" /tmp; do [ -d "$d" ] && [ -w "$d" ] && echo "$d" && exit 0; done'
+    probe = (
+        'for d in /var/tmp "$HOME" /tmp; do [ -d "$d" ] && [ -w "$d" ] && echo "$d" && exit 0; done'
+    )
     found = sandbox.exec(probe, timeout=30).stdout.strip()
     return found.rstrip("/") or "/tmp"
 
@@ -151,7 +153,10 @@ def judge(
     if last is not None and last.status == "upstream_error":
         # a harness still retrying a dead upstream when its time ran out failed on the upstream
         stopped = ", until the harness was stopped at its timeout" if timed_out else ""
-        return "upstream", f"the model upstream failed ({last.status_code}) on the last turn{stopped}"
+        return (
+            "upstream",
+            f"the model upstream failed ({last.status_code}) on the last turn{stopped}",
+        )
     if timed_out:
         return "timeout", "the harness was stopped at its timeout"
     if last is not None and last.status in ("refused", "client_error"):

@@ -24,7 +24,9 @@ from pomona.orchestrator.types import (
 
 class ErrorBody(BaseModel):
     error: str = Field(description="the error class, e.g. SandboxNotFound")
-    detail: str | list[dict[str, Any]] = Field(description="what went wrong and what to do about it")
+    detail: str | list[dict[str, Any]] = Field(
+        description="what went wrong and what to do about it"
+    )
     request_id: str | None = None
     job_id: str | None = None
 
@@ -38,12 +40,16 @@ class CreateSandboxRequest(SandboxSpec):
     onto `limits`, null for "the default", and its `timeout` (how long to wait for readiness; a
     create here answers once the sandbox is ready) does not become the TTL."""
 
-    sandbox_id: str | None = Field(default=None, description="client-chosen id: a retried create is a no-op")
+    sandbox_id: str | None = Field(
+        default=None, description="client-chosen id: a retried create is a no-op"
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _orchard_fields(cls, data: Any) -> Any:
-        if not (isinstance(data, dict) and any(k in data for k in ("block_network", "cpu", "memory"))):
+        if not (
+            isinstance(data, dict) and any(k in data for k in ("block_network", "cpu", "memory"))
+        ):
             return data
         data = dict(data)
         if "block_network" in data:
@@ -121,13 +127,18 @@ class ExecBody(ExecRequest):
     model_config = ConfigDict(extra="forbid")
     wait: bool = Field(default=False, description="answer with the finished job instead of its id")
     idempotency_key: str | None = Field(
-        default=None, max_length=200, description="or the Idempotency-Key header: a retry with the same "
-                                          "key returns the same job and never runs the command twice")
+        default=None,
+        max_length=200,
+        description="or the Idempotency-Key header: a retry with the same "
+        "key returns the same job and never runs the command twice",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _orchard_fields(cls, data: Any) -> Any:
-        if not (isinstance(data, dict) and ("timeout_seconds" in data or data.get("env", {}) is None)):
+        if not (
+            isinstance(data, dict) and ("timeout_seconds" in data or data.get("env", {}) is None)
+        ):
             return data
         data = {k: v for k, v in data.items() if not (k == "env" and v is None)}
         if (seconds := data.pop("timeout_seconds", None)) is not None:
@@ -160,20 +171,32 @@ class JobView(BaseModel):
     @classmethod
     def of(cls, job: JobRecord) -> JobView:
         r = job.result
-        return cls(job_id=job.id, sandbox_id=job.sandbox_id, command=job.request.command,
-                   status=job.status, stdout=r.stdout if r else "", stderr=r.stderr if r else "",
-                   exit_code=r.exit_code if r else None, timed_out=r.timed_out if r else False,
-                   truncated=r.truncated if r else False, duration=r.duration if r else None,
-                   created_at=job.created_at, started_at=job.started_at,
-                   completed_at=job.completed_at, error=job.error or cls._timeout(job),
-                   error_type=job.error_type)
+        return cls(
+            job_id=job.id,
+            sandbox_id=job.sandbox_id,
+            command=job.request.command,
+            status=job.status,
+            stdout=r.stdout if r else "",
+            stderr=r.stderr if r else "",
+            exit_code=r.exit_code if r else None,
+            timed_out=r.timed_out if r else False,
+            truncated=r.truncated if r else False,
+            duration=r.duration if r else None,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            completed_at=job.completed_at,
+            error=job.error or cls._timeout(job),
+            error_type=job.error_type,
+        )
 
     @staticmethod
     def _timeout(job: JobRecord) -> str | None:
         """What Orchard's clients read in `error` for a command that ran out of time."""
         if job.result is None or not job.result.timed_out:
             return None
-        return f"the command timed out after {job.request.timeout:g} s; its process group was killed"
+        return (
+            f"the command timed out after {job.request.timeout:g} s; its process group was killed"
+        )
 
 
 # -- files, patches, snapshots -------------------------------------------------------------------
@@ -223,14 +246,18 @@ class PatchView(PatchResult):
 
 class SnapshotBody(Request):
     model_config = ConfigDict(extra="forbid")
-    snapshot_id: str | None = Field(default=None, description="client-chosen: a retried snapshot is a no-op")
+    snapshot_id: str | None = Field(
+        default=None, description="client-chosen: a retried snapshot is a no-op"
+    )
 
 
 class ForkBody(Request):
     model_config = ConfigDict(extra="forbid")
     k: int = Field(ge=1, le=256)
     labels: dict[str, str] = Field(default_factory=dict)
-    sandbox_ids: list[str] | None = Field(default=None, description="client-chosen ids, one per branch")
+    sandbox_ids: list[str] | None = Field(
+        default=None, description="client-chosen ids, one per branch"
+    )
 
 
 class SnapshotDeleted(BaseModel):

@@ -54,8 +54,9 @@ class Runtime(Protocol):
     async def close(self) -> None:
         """Release in-process resources. Sandboxes keep running; delete them explicitly."""
 
-    async def create(self, sandbox_id: str, spec: SandboxSpec,
-                     snapshot: SnapshotInfo | None = None) -> SandboxInfo: ...
+    async def create(
+        self, sandbox_id: str, spec: SandboxSpec, snapshot: SnapshotInfo | None = None
+    ) -> SandboxInfo: ...
 
     async def delete(self, sandbox_id: str) -> bool:
         """Remove everything the sandbox holds; False if it did not exist."""
@@ -66,7 +67,9 @@ class Runtime(Protocol):
         """One sandbox as list() shows it, or None: what every request on a sandbox looks up,
         without listing them all (a listing per request is quadratic in a burst)."""
 
-    def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncGenerator[ExecChunk | ExecResult, None]:
+    def exec(
+        self, sandbox_id: str, request: ExecRequest
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         """Stream output as it is produced; the last item is the ExecResult."""
 
     async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int, cols: int) -> Pty:
@@ -74,7 +77,9 @@ class Runtime(Protocol):
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes: ...
 
-    async def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644) -> None: ...
+    async def write_file(
+        self, sandbox_id: str, path: str, data: bytes, mode: int = 0o644
+    ) -> None: ...
 
     async def list_files(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]: ...
 

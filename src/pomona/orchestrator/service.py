@@ -162,8 +162,9 @@ class Service(Protocol):
 class SandboxService:
     """The Service in this process, over one runtime."""
 
-    def __init__(self, runtime: Runtime, reap_interval: float = REAP_INTERVAL,
-                 max_creates: int = MAX_CREATES):
+    def __init__(
+        self, runtime: Runtime, reap_interval: float = REAP_INTERVAL, max_creates: int = MAX_CREATES
+    ):
         self.runtime = runtime
         self.reap_interval = reap_interval
         self._create_slots = asyncio.Semaphore(max_creates)

@@ -28,7 +28,7 @@ SANDBOX_HOME = "/home/pomona"
 M = TypeVar("M", bound="BaseModel")
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}  # fmt: skip
 
 
 def parse_bytes(value: int | str | None) -> int | None:
@@ -36,17 +36,22 @@ def parse_bytes(value: int | str | None) -> int | None:
     if value is None or isinstance(value, int):
         return value
     if not isinstance(value, str):
-        raise InvalidRequest(f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'")
+        raise InvalidRequest(
+            f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'"
+        )
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?)?b?\s*", value.lower())
     if not match:
-        raise InvalidRequest(f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'")
+        raise InvalidRequest(
+            f"cannot read {value!r} as a size; write e.g. 536870912, '512Mi' or '2G'"
+        )
     return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
 
 
 def check_id(sandbox_id: str, what: str = "sandbox id") -> str:
     if not ID_PATTERN.match(sandbox_id):
         raise InvalidRequest(
-            f"{what} {sandbox_id!r} is invalid: use 1-63 of a-z 0-9 _ . - starting with a letter or digit")
+            f"{what} {sandbox_id!r} is invalid: use 1-63 of a-z 0-9 _ . - starting with a letter or digit"
+        )
     return sandbox_id
 
 
@@ -57,7 +62,8 @@ def validated(model: type[M], **data: object) -> M:
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or model.__name__}: {err['msg'].removeprefix('Value error, ')}"
-            for err in e.errors())
+            for err in e.errors()
+        )
         raise InvalidRequest(f"invalid {model.__name__}: {problems}") from None
 
 
@@ -71,7 +77,9 @@ def check_text(value: object, where: str = "input") -> None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                raise InvalidRequest(f"{where} holds a lone UTF-16 surrogate, which is not text") from None
+                raise InvalidRequest(
+                    f"{where} holds a lone UTF-16 surrogate, which is not text"
+                ) from None
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -93,19 +101,27 @@ class Request(BaseModel):
 
 
 class NetworkMode(StrEnum):
-    none = "none"        # loopback only
+    none = "none"  # loopback only
     gateway = "gateway"  # loopback, plus one allowed host:port reachable at 127.0.0.1:<port>
-    full = "full"        # the host's network
+    full = "full"  # the host's network
 
 
 class Limits(Request):
     """Resource limits. None means unlimited (beyond what the machine has)."""
 
     model_config = ConfigDict(extra="forbid")
-    cpu: float | None = Field(default=None, ge=0.01, le=4096, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)")
-    memory: int | None = Field(default=None, gt=4 * 2**20, le=2**60, description="bytes; '512Mi' is accepted")
-    pids: int | None = Field(default=None, ge=8, le=4194304, description="max processes and threads")
-    disk: int | None = Field(default=None, gt=2**20, le=2**60, description="bytes of writable layer; '1Gi' is accepted")
+    cpu: float | None = Field(
+        default=None, ge=0.01, le=4096, description="CPU cores, e.g. 0.5 or 2 (cgroups: >= 0.01)"
+    )
+    memory: int | None = Field(
+        default=None, gt=4 * 2**20, le=2**60, description="bytes; '512Mi' is accepted"
+    )
+    pids: int | None = Field(
+        default=None, ge=8, le=4194304, description="max processes and threads"
+    )
+    disk: int | None = Field(
+        default=None, gt=2**20, le=2**60, description="bytes of writable layer; '1Gi' is accepted"
+    )
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
@@ -123,8 +139,10 @@ class Mount(Request):
     """A host path made visible inside the sandbox, e.g. the harness payload at /opt/pomona/tools."""
 
     model_config = ConfigDict(extra="forbid")
-    source: str = Field(description='absolute host path (operators only), or a named source: "tools" '
-                                    "(the harness payload)")
+    source: str = Field(
+        description='absolute host path (operators only), or a named source: "tools" '
+        "(the harness payload)"
+    )
     target: str = Field(description="absolute path inside the sandbox")
     read_only: bool = True
 
@@ -134,9 +152,14 @@ class Mount(Request):
         if info.field_name == "source" and value in named_sources():
             return value
         if not value.startswith("/") or ".." in value.split("/") or "\x00" in value:
-            raise ValueError(f"{value!r} must be an absolute path without '..'"
-                             + (f" or one of the named sources {sorted(named_sources())}"
-                                if info.field_name == "source" else ""))
+            raise ValueError(
+                f"{value!r} must be an absolute path without '..'"
+                + (
+                    f" or one of the named sources {sorted(named_sources())}"
+                    if info.field_name == "source"
+                    else ""
+                )
+            )
         return value
 
     @property
@@ -152,8 +175,10 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
     """Names and values a process environment can hold (the OS refuses the rest, later and less clearly)."""
     for name, value in env.items():
         if not name or "=" in name or "\0" in name or "\0" in value:
-            raise ValueError(f"environment variable {name!r}: names must be non-empty without '=' or "
-                             "NUL, and values without NUL")
+            raise ValueError(
+                f"environment variable {name!r}: names must be non-empty without '=' or "
+                "NUL, and values without NUL"
+            )
     return env
 
 
@@ -161,12 +186,17 @@ class SandboxSpec(Request):
     """What a sandbox is made of. Creating the same id twice with the same spec is a no-op."""
 
     model_config = ConfigDict(extra="forbid")
-    image: str = Field(default="host", description='"host" (the host root, read-only) or an OCI image reference')
+    image: str = Field(
+        default="host", description='"host" (the host root, read-only) or an OCI image reference'
+    )
     network: NetworkMode = NetworkMode.none
     gateway: str | None = Field(
-        default=None, description="host:port reachable in gateway mode, at 127.0.0.1:<port> inside")
+        default=None, description="host:port reachable in gateway mode, at 127.0.0.1:<port> inside"
+    )
     limits: Limits = Field(default_factory=Limits)
-    timeout: float | None = Field(default=3600, gt=0, description="TTL in seconds; heartbeats extend it")
+    timeout: float | None = Field(
+        default=3600, gt=0, description="TTL in seconds; heartbeats extend it"
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     user: Literal["pomona", "root"] = "pomona"
     env: dict[str, str] = Field(default_factory=dict)
@@ -183,16 +213,23 @@ class SandboxSpec(Request):
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         return check_env(value)
+
     mounts: list[Mount] = Field(default_factory=list, description="host paths bound inside")
 
     def model_post_init(self, __context: object) -> None:
         if self.network == NetworkMode.gateway:
             if not self.gateway or not re.fullmatch(r"[A-Za-z0-9_.-]+:[0-9]{1,5}", self.gateway):
-                raise InvalidRequest("network='gateway' needs gateway='host:port' (the one reachable endpoint)")
+                raise InvalidRequest(
+                    "network='gateway' needs gateway='host:port' (the one reachable endpoint)"
+                )
             if not 0 < self.gateway_address[1] < 65536:
-                raise InvalidRequest(f"gateway port {self.gateway_address[1]} is out of range (1-65535)")
+                raise InvalidRequest(
+                    f"gateway port {self.gateway_address[1]} is out of range (1-65535)"
+                )
         elif self.gateway:
-            raise InvalidRequest(f"gateway= is only meaningful with network='gateway', not {self.network!r}")
+            raise InvalidRequest(
+                f"gateway= is only meaningful with network='gateway', not {self.network!r}"
+            )
 
     @property
     def gateway_address(self) -> tuple[str, int]:
@@ -210,13 +247,17 @@ class SandboxInfo(BaseModel):
     spec: SandboxSpec
     created_at: float
     expires_at: float | None = None
-    snapshot: str | None = Field(default=None, description="the snapshot this sandbox was forked from")
+    snapshot: str | None = Field(
+        default=None, description="the snapshot this sandbox was forked from"
+    )
     message: str | None = None
 
 
 class ExecRequest(Request):
     model_config = ConfigDict(extra="forbid")
-    command: str | list[str] = Field(description="a shell string (run by bash -c, or sh -c) or an argv list")
+    command: str | list[str] = Field(
+        description="a shell string (run by bash -c, or sh -c) or an argv list"
+    )
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     stdin: str | None = None
@@ -244,7 +285,9 @@ class ExecResult(BaseModel):
     stderr: str = ""
     duration: float = 0.0
     timed_out: bool = False
-    truncated: bool = Field(default=False, description="stdout or stderr went past the cap and was cut")
+    truncated: bool = Field(
+        default=False, description="stdout or stderr went past the cap and was cut"
+    )
 
     @property
     def ok(self) -> bool:

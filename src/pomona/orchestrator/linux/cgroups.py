@@ -30,8 +30,9 @@ class Cgroup:
         if self.v2:
             self.dirs = {"unified": root / group / name}
         else:
-            self.dirs = {c: root / c / group / name for c in ("memory", "pids", "cpu")
-                         if (root / c).is_dir()}
+            self.dirs = {
+                c: root / c / group / name for c in ("memory", "pids", "cpu") if (root / c).is_dir()
+            }
 
     @property
     def procs_files(self) -> list[str]:
@@ -113,7 +114,9 @@ class Cgroup:
 
 def remove_group(group: str, root: Path = ROOT) -> None:
     """Remove a runtime's parent cgroup once none of its sandboxes is left (empty dirs only)."""
-    parents = [root / group] if is_v2(root) else [root / c / group for c in ("memory", "pids", "cpu")]
+    parents = (
+        [root / group] if is_v2(root) else [root / c / group for c in ("memory", "pids", "cpu")]
+    )
     for parent in parents:
         with contextlib.suppress(OSError):  # missing, or still holds a sandbox: keep it
             parent.rmdir()

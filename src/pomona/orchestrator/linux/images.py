@@ -49,12 +49,14 @@ T = TypeVar("T")
 BinaryReader = IO[bytes] | io.BufferedIOBase  # a layer's bytes (gzip's reader is no typing.IO)
 
 REGISTRY_DEADLINE = 3600.0  # one layer's download
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-])
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
 
 
 @dataclass
@@ -75,8 +77,12 @@ def _env(config: dict) -> dict[str, str]:
 
 
 class ImageStore:
-    def __init__(self, root: str | os.PathLike, docker_url: str | None = None,
-                 sources: ImageSources | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        docker_url: str | None = None,
+        sources: ImageSources | None = None,
+    ):
         self.root = Path(root)
         self.docker_url = docker_url
         self.sources = sources or ImageSources()
@@ -96,8 +102,9 @@ class ImageStore:
             else:
                 image = await asyncio.to_thread(self._fetch, ref)
                 self._write(self._digest_record(image.digest), image.__dict__)
-            self._write(self._ref_index(ref), {"ref": ref, "digest": image.digest,
-                                               "used_at": time.time()})
+            self._write(
+                self._ref_index(ref), {"ref": ref, "digest": image.digest, "used_at": time.time()}
+            )
             return image
 
     # -- the cache ------------------------------------------------------------------------------
@@ -128,14 +135,24 @@ class ImageStore:
         be asked (then the cache's last answer stands)."""
         try:
             if archive_path(ref) is not None:
-                with os.fdopen(self.sources.open_archive(ref), "rb") as f, tarfile.open(fileobj=f) as tar:
+                with (
+                    os.fdopen(self.sources.open_archive(ref), "rb") as f,
+                    tarfile.open(fileobj=f) as tar,
+                ):
                     return _config_digest(self._archive_config(ref, tar)[1])
             engine = self._engine_image(ref)
             if engine is not None:
                 return engine.id
             return self._registry_digest(ref)
-        except (ImageNotFound, InvalidRequest, OSError, tarfile.TarError, KeyError, ValueError,
-                httpx.HTTPError):
+        except (
+            ImageNotFound,
+            InvalidRequest,
+            OSError,
+            tarfile.TarError,
+            KeyError,
+            ValueError,
+            httpx.HTTPError,
+        ):
             return None
 
     def cached(self) -> list[dict]:
@@ -147,9 +164,15 @@ class ImageStore:
             if entry is None or record is None:
                 continue
             size = sum(_tree_bytes(Path(layer)) for layer in record["layers"])
-            out.append({"ref": entry["ref"], "digest": entry["digest"],
-                        "layers": len(record["layers"]), "bytes": size,
-                        "used_at": entry.get("used_at")})
+            out.append(
+                {
+                    "ref": entry["ref"],
+                    "digest": entry["digest"],
+                    "layers": len(record["layers"]),
+                    "bytes": size,
+                    "used_at": entry.get("used_at"),
+                }
+            )
         return out
 
     def remove(self, ref: str) -> bool:
@@ -205,6 +228,7 @@ class ImageStore:
 
     def _archive_config(self, ref: str, tar: tarfile.TarFile) -> tuple[list[str], bytes]:
         """The layer member names and the raw config of a `docker save` or OCI layout archive."""
+
         def member(name: str) -> IO[bytes]:
             f = tar.extractfile(name.lstrip("./") if name.startswith("./") else name)
             if f is None:
@@ -219,8 +243,10 @@ class ImageStore:
             index = json.load(member("index.json"))
             desc = self._pick(index["manifests"])
             manifest = json.load(member(_blob(desc)))
-            return ([_blob(layer) for layer in manifest["layers"]],
-                    member(_blob(manifest["config"])).read())
+            return (
+                [_blob(layer) for layer in manifest["layers"]],
+                member(_blob(manifest["config"])).read(),
+            )
         raise InvalidRequest(f"{ref}: neither a docker save archive nor an OCI image layout")
 
     def _from_archive(self, ref: str, tar: tarfile.TarFile) -> Image:
@@ -228,11 +254,13 @@ class ImageStore:
         config = json.loads(raw)
         diff_ids = config["rootfs"]["diff_ids"]
         for diff_id, name in zip(diff_ids, layer_files, strict=True):
+
             def open_layer(name: str = name) -> IO[bytes]:
                 f = tar.extractfile(name.lstrip("./") if name.startswith("./") else name)
                 if f is None:
                     raise InvalidRequest(f"image archive lacks {name}")
                 return f
+
             self._unpack(diff_id, open_layer)
         return self._image(ref, config, _config_digest(raw))
 
@@ -244,7 +272,11 @@ class ImageStore:
         except ImportError:
             return None
         try:
-            client = docker.DockerClient(base_url=self.docker_url) if self.docker_url else docker.from_env()
+            client = (
+                docker.DockerClient(base_url=self.docker_url)
+                if self.docker_url
+                else docker.from_env()
+            )
             return client.images.get(ref)
         except DockerException:
             return None
@@ -259,7 +291,11 @@ class ImageStore:
         except ImportError:
             raise ImageNotFound("the docker package is not installed") from None
         try:
-            client = docker.DockerClient(base_url=self.docker_url) if self.docker_url else docker.from_env()
+            client = (
+                docker.DockerClient(base_url=self.docker_url)
+                if self.docker_url
+                else docker.from_env()
+            )
             stream = client.images.get(ref).save(named=True)
         except DockerImageNotFound:
             raise ImageNotFound(f"not in the local Docker image store ({ref})") from None
@@ -279,22 +315,35 @@ class ImageStore:
 
     def _registry_digest(self, ref: str) -> str:
         """The config digest a registry's manifest names for `ref` now (no layer is fetched)."""
-        return self._with_registry(ref, lambda http, ref, name, tag: self._manifest(
-            http, name, tag)["config"]["digest"])
+        return self._with_registry(
+            ref, lambda http, ref, name, tag: self._manifest(http, name, tag)["config"]["digest"]
+        )
 
     def _with_registry(self, ref: str, call: Callable[[httpx.Client, str, str, str], T]) -> T:
         host = registry_host(ref)
         if host is None:
-            raise ImageNotFound(f"{ref!r} names no registry host (write e.g. localhost:5000/name:tag)")
+            raise ImageNotFound(
+                f"{ref!r} names no registry host (write e.g. localhost:5000/name:tag)"
+            )
         rest = ref.partition("/")[2]
-        name, _, tag = rest.partition("@") if "@" in rest else rest.rpartition(":") if ":" in rest.split("/")[-1] else (rest, "", "latest")
+        name, _, tag = (
+            rest.partition("@")
+            if "@" in rest
+            else rest.rpartition(":")
+            if ":" in rest.split("/")[-1]
+            else (rest, "", "latest")
+        )
         loopback = host.split(":")[0] in ("localhost", "127.0.0.1", "[::1]")
         schemes = ["https", "http"] if loopback else ["https"]
         last_error: Exception | None = None
         for scheme in schemes:
             try:
-                with httpx.Client(base_url=f"{scheme}://{host}/v2/", timeout=60, verify=True,
-                                  event_hooks={"request": [self._allowed_host]}) as http:
+                with httpx.Client(
+                    base_url=f"{scheme}://{host}/v2/",
+                    timeout=60,
+                    verify=True,
+                    event_hooks={"request": [self._allowed_host]},
+                ) as http:
                     return call(http, ref, name, tag)
             except httpx.HTTPError as e:
                 last_error = e
@@ -322,6 +371,7 @@ class ImageStore:
         manifest = self._manifest(http, name, tag)
         config = self._get(http, f"{name}/blobs/{manifest['config']['digest']}").json()
         for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"], strict=True):
+
             def open_blob(digest: str = layer["digest"]) -> IO[bytes]:
                 f = tempfile.TemporaryFile()
                 hasher = hashlib.sha256()
@@ -331,14 +381,17 @@ class ImageStore:
                     for chunk in r.iter_bytes():
                         size += len(chunk)
                         if size > self.sources.max_archive_bytes or time.monotonic() > deadline:
-                            raise InvalidRequest(f"layer {digest} is over {self.sources.max_archive_bytes} "
-                                                 f"bytes or took over {REGISTRY_DEADLINE:g} s")
+                            raise InvalidRequest(
+                                f"layer {digest} is over {self.sources.max_archive_bytes} "
+                                f"bytes or took over {REGISTRY_DEADLINE:g} s"
+                            )
                         hasher.update(chunk)
                         f.write(chunk)
                 if f"sha256:{hasher.hexdigest()}" != digest:
                     raise InvalidRequest(f"layer {digest} failed its digest check")
                 f.seek(0)
                 return f
+
             self._unpack(diff_id, open_blob)
         return self._image(ref, config, manifest["config"]["digest"])
 
@@ -347,7 +400,9 @@ class ImageStore:
         registry: a registry's answer must not make the orchestrator connect anywhere."""
         host = request.url.netloc.decode()
         if not self.sources.registry_allowed(host):
-            raise ImageNotFound(f"the registry sent the pull to {host}, which is not an allowed registry")
+            raise ImageNotFound(
+                f"the registry sent the pull to {host}, which is not an allowed registry"
+            )
 
     def _token(self, response: httpx.Response) -> str | None:
         challenge = response.headers.get("www-authenticate", "")
@@ -363,7 +418,10 @@ class ImageStore:
     def _pick(manifests: list[dict]) -> dict:
         for desc in manifests:
             platform = desc.get("platform") or {}
-            if platform.get("os", "linux") == "linux" and platform.get("architecture", "amd64") == "amd64":
+            if (
+                platform.get("os", "linux") == "linux"
+                and platform.get("architecture", "amd64") == "amd64"
+            ):
                 return desc
         raise ImageNotFound("the image has no linux/amd64 variant")
 
@@ -457,7 +515,11 @@ def _extract_layer(stream: BinaryReader, dest: Path) -> None:
                 continue  # device nodes come from the sandbox's own /dev
             else:
                 checked = tarfile.tar_filter(member, str(dest))
-                tar.extract(checked.replace(mode=member.mode, deep=False), dest,
-                            numeric_owner=True, filter="fully_trusted")
+                tar.extract(
+                    checked.replace(mode=member.mode, deep=False),
+                    dest,
+                    numeric_owner=True,
+                    filter="fully_trusted",
+                )
     for d in opaque:
         os.setxattr(d, "trusted.overlay.opaque", b"y")

@@ -41,7 +41,8 @@ def socket_in_netns(netns_path: str, family: int = socket.AF_INET) -> socket.soc
 
 
 async def open_connection_in(
-        netns_path: str, port: int, host: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    netns_path: str, port: int, host: str = "127.0.0.1"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     sock = socket_in_netns(netns_path)
     sock.setblocking(False)
     try:

@@ -88,8 +88,10 @@ class SandboxFS:
         with self._root() as root, _opened(root, path, os.O_RDONLY | NONBLOCK) as fd:
             st = _regular(fd, path)
             if st.st_size > self.max_read:
-                raise TooLarge(f"{path} is {st.st_size} bytes, over the {self.max_read} byte limit "
-                               "of one read; download it as an archive or read it in parts with exec")
+                raise TooLarge(
+                    f"{path} is {st.st_size} bytes, over the {self.max_read} byte limit "
+                    "of one read; download it as an archive or read it in parts with exec"
+                )
             os.set_blocking(fd, True)
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read(self.max_read + 1)
@@ -113,7 +115,7 @@ class SandboxFS:
                 view = memoryview(data)
                 try:
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                 except OSError as e:
                     raise _translate(e, path) from None
 
@@ -167,14 +169,19 @@ class SandboxFS:
                     os.unlink(name, dir_fd=pfd)
             except OSError as e:
                 if e.errno == errno.ENOTEMPTY:
-                    raise InvalidRequest(f"{path} is a non-empty directory; pass recursive=True") from None
+                    raise InvalidRequest(
+                        f"{path} is a non-empty directory; pass recursive=True"
+                    ) from None
                 raise _translate(e, path) from None
 
     # -- tar in and out ---------------------------------------------------------------------
 
     def tar_out(self, path: str) -> bytes:
         buf = io.BytesIO()
-        with self._root() as root, tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        with (
+            self._root() as root,
+            tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
             info = self.stat(path)
             if info.type == "directory":
                 with _opened(root, path, DIR_FLAGS & ~os.O_NOFOLLOW) as fd:
@@ -215,10 +222,16 @@ class SandboxFS:
                 try:
                     source = tar.extractfile(member)
                 except KeyError:  # a hard link to a name the archive does not hold
-                    raise InvalidRequest(f"archive member {member.name!r} is a hard link to "
-                                         f"{member.linkname!r}, which is not in the archive") from None
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             member.mode & 0o7777, dir_fd=dir_fd)
+                    raise InvalidRequest(
+                        f"archive member {member.name!r} is a hard link to "
+                        f"{member.linkname!r}, which is not in the archive"
+                    ) from None
+                fd = os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    member.mode & 0o7777,
+                    dir_fd=dir_fd,
+                )
                 try:
                     os.fchown(fd, self.uid, self.gid)
                     os.fchmod(fd, member.mode & 0o777)
@@ -243,16 +256,31 @@ class SandboxFS:
             child = os.open(part, DIR_FLAGS, dir_fd=dir_fd)
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise PathOutsideSandbox(f"{part!r} is a symlink or file, not a directory") from None
+                raise PathOutsideSandbox(
+                    f"{part!r} is a symlink or file, not a directory"
+                ) from None
             raise
         return child
 
 
 def _info(name: str, path: str, st: os.stat_result) -> FileInfo:
-    kind: FileType = ("directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
-            else "symlink" if stat.S_ISLNK(st.st_mode) else "other")
-    return FileInfo(name=name, path=path, type=kind, size=st.st_size,
-                    mode=stat.S_IMODE(st.st_mode), modified=st.st_mtime)
+    kind: FileType = (
+        "directory"
+        if stat.S_ISDIR(st.st_mode)
+        else "file"
+        if stat.S_ISREG(st.st_mode)
+        else "symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else "other"
+    )
+    return FileInfo(
+        name=name,
+        path=path,
+        type=kind,
+        size=st.st_size,
+        mode=stat.S_IMODE(st.st_mode),
+        modified=st.st_mtime,
+    )
 
 
 def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
@@ -292,15 +320,19 @@ def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str) -> None:
                     tar.addfile(info)
                 elif stat.S_ISDIR(st.st_mode):
                     if len(stack) >= MAX_ARCHIVE_DEPTH:
-                        raise InvalidRequest(f"{name} is more than {MAX_ARCHIVE_DEPTH} directories "
-                                             "deep; archive a deeper part of the tree on its own")
+                        raise InvalidRequest(
+                            f"{name} is more than {MAX_ARCHIVE_DEPTH} directories "
+                            "deep; archive a deeper part of the tree on its own"
+                        )
                     child = os.open(entry, DIR_FLAGS, dir_fd=dir_fd)
                     info = _tarinfo(name, os.fstat(child))
                     info.type = tarfile.DIRTYPE
                     tar.addfile(info)
                     stack.append((child, name, sorted(os.listdir(child), reverse=True)))
                 elif stat.S_ISREG(st.st_mode):
-                    fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | NONBLOCK, dir_fd=dir_fd)
+                    fd = os.open(
+                        entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | NONBLOCK, dir_fd=dir_fd
+                    )
                     try:
                         _add_file(tar, fd, name, os.fstat(fd))
                     finally:
@@ -319,8 +351,10 @@ def _regular(fd: int, path: str) -> os.stat_result:
     if stat.S_ISDIR(st.st_mode):
         raise InvalidRequest(f"{path} is a directory")
     if not stat.S_ISREG(st.st_mode):
-        raise InvalidRequest(f"{path} is not a regular file (a FIFO, socket or device); "
-                             "the files API serves regular files, directories and symlinks only")
+        raise InvalidRequest(
+            f"{path} is not a regular file (a FIFO, socket or device); "
+            "the files API serves regular files, directories and symlinks only"
+        )
     return st
 
 
@@ -367,7 +401,9 @@ def remove_tree(parent_fd: int, name: str) -> None:
             fd = up
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != levels[-1][1]:
-                raise PathOutsideSandbox(f"a directory under {name!r} was moved while it was being removed")
+                raise PathOutsideSandbox(
+                    f"a directory under {name!r} was moved while it was being removed"
+                )
             try:
                 os.rmdir(done, dir_fd=fd)
             except FileNotFoundError:
@@ -377,7 +413,9 @@ def remove_tree(parent_fd: int, name: str) -> None:
                     raise
                 rounds += 1
                 if rounds > REMOVE_RETRIES:
-                    raise InvalidRequest(f"{name!r} keeps being refilled while it is removed") from None
+                    raise InvalidRequest(
+                        f"{name!r} keeps being refilled while it is removed"
+                    ) from None
                 levels[-1][2].append(done)
     finally:
         os.close(fd)

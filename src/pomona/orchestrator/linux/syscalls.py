@@ -39,18 +39,25 @@ def setns(fd: int, nstype: int = 0) -> None:
 def mount_overlay(target: str, lowers: list[str], upper: str, work: str) -> None:
     """mount(2) directly: a `mount` process per sandbox costs more than the mount itself."""
     options = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}".encode()
-    _check(_libc.mount(b"overlay", os.fsencode(target), b"overlay", 0, options), f"mount overlay on {target}")
+    _check(
+        _libc.mount(b"overlay", os.fsencode(target), b"overlay", 0, options),
+        f"mount overlay on {target}",
+    )
 
 
 def bind_readonly(source: str, target: str) -> None:
     """A read-only bind mount made in the caller's (the host's) mount namespace. A sandbox's
     user namespace, created later, receives it with the read-only flag locked by the kernel:
     root inside cannot remount it read-write."""
-    _check(_libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None),
-           f"bind {source} on {target}")
+    _check(
+        _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None),
+        f"bind {source} on {target}",
+    )
     flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
     try:
-        _check(_libc.mount(None, os.fsencode(target), None, flags, None), f"remount {target} read-only")
+        _check(
+            _libc.mount(None, os.fsencode(target), None, flags, None), f"remount {target} read-only"
+        )
     except OSError:
         unmount(target)
         raise
@@ -95,8 +102,11 @@ def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644) -> int:
     A symlink planted inside a sandbox that points at /etc/shadow resolves to the sandbox's own
     /etc/shadow, never the host's, and `..` cannot climb above the root.
     """
-    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
-                   RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    how = _OpenHow(
+        flags | os.O_CLOEXEC,
+        mode if flags & os.O_CREAT else 0,
+        RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    )
     encoded = os.fsencode(path.lstrip("/") or ".")
     fd = _syscall(SYS_OPENAT2, root_fd, encoded, ctypes.byref(how), ctypes.sizeof(how))
     return _check(fd, f"open {path!r}")

@@ -36,12 +36,13 @@ class _Stream:
     truncated: bool = False
     parts: list[str] = field(default_factory=list)
     decoder: codecs.IncrementalDecoder = field(
-        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
+    )
 
     def feed(self, data: bytes) -> str:
         room = self.cap - self.kept
         if len(data) > room:
-            data, self.truncated = data[:max(room, 0)], True
+            data, self.truncated = data[: max(room, 0)], True
         self.kept += len(data)
         text = self.decoder.decode(data)
         self.parts.append(text)
@@ -61,10 +62,13 @@ class OutputCollector:
     def result(self, exit_code: int, started: float, timed_out: bool) -> ExecResult:
         out, err = self.streams["stdout"], self.streams["stderr"]
         return ExecResult(
-            exit_code=exit_code, stdout="".join(out.parts) + out.decoder.decode(b"", final=True),
+            exit_code=exit_code,
+            stdout="".join(out.parts) + out.decoder.decode(b"", final=True),
             stderr="".join(err.parts) + err.decoder.decode(b"", final=True),
-            duration=time.monotonic() - started, timed_out=timed_out,
-            truncated=out.truncated or err.truncated)
+            duration=time.monotonic() - started,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+        )
 
 
 # What a command's queue carries: pieces of output, then END. Data None is the end (its stream
@@ -91,8 +95,9 @@ class Command(Protocol):
     async def close(self) -> None: ...
 
 
-async def stream(command: Command, *, stdin: bytes | None, timeout: float | None,
-                 cap: int) -> AsyncGenerator[ExecChunk | ExecResult, None]:
+async def stream(
+    command: Command, *, stdin: bytes | None, timeout: float | None, cap: int
+) -> AsyncGenerator[ExecChunk | ExecResult, None]:
     """Stream a command's output with caps; on timeout kill its process group. After it exits,
     output still held open by its background children is read for DRAIN_GRACE, then left."""
     started = time.monotonic()
@@ -112,15 +117,22 @@ async def stream(command: Command, *, stdin: bytes | None, timeout: float | None
                 drain_until = now + DRAIN_GRACE + 1.0
             if exited.done() and drain_until is None:
                 drain_until = now + DRAIN_GRACE
-            if drain_until is not None and now >= drain_until and (exited.done() or now >= drain_until + 5):
+            if (
+                drain_until is not None
+                and now >= drain_until
+                and (exited.done() or now >= drain_until + 5)
+            ):
                 break  # children hold the output open, or a kill never reported an exit
             limits = [t for t in (None if timed_out else deadline, drain_until) if t is not None]
             waiting: set[asyncio.Future] = set() if exited.done() else {exited}
             if not ended:
                 getter = getter or asyncio.ensure_future(command.queue.get())
                 waiting.add(getter)
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED,
-                                         timeout=max(0.0, min(limits) - now) if limits else None)
+            done, _ = await asyncio.wait(
+                waiting,
+                return_when=asyncio.FIRST_COMPLETED,
+                timeout=max(0.0, min(limits) - now) if limits else None,
+            )
             if getter is not None and getter in done:
                 name, data = getter.result()
                 getter = None
@@ -162,11 +174,14 @@ class LocalCommand:
         loop = asyncio.get_running_loop()
         readers: list[tuple[StreamName, asyncio.StreamReader]] = []
         pipes: tuple[tuple[StreamName, IO[bytes] | None], ...] = (
-            ("stdout", proc.stdout), ("stderr", proc.stderr))
+            ("stdout", proc.stdout),
+            ("stderr", proc.stderr),
+        )
         for name, pipe in pipes:
             reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
             transport, _ = await loop.connect_read_pipe(
-                functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop), pipe)
+                functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop), pipe
+            )
             self._transports.append(transport)
             readers.append((name, reader))
         self._tasks.append(asyncio.create_task(self._pump(readers)))
@@ -176,6 +191,7 @@ class LocalCommand:
         async def one(name: StreamName, reader: asyncio.StreamReader) -> None:
             while data := await reader.read(READ_SIZE):
                 await self.queue.put((name, data))
+
         try:
             await asyncio.gather(*(one(n, r) for n, r in readers))
         finally:
@@ -261,7 +277,7 @@ class ProcessPty:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self.master, view):]
+                view = view[os.write(self.master, view) :]
             except BlockingIOError:
                 await asyncio.sleep(0.005)
 
@@ -289,9 +305,11 @@ class ProcessPty:
 
 def pty_preexec(then: Callable[[], None]) -> Callable[[], None]:
     """preexec_fn for a terminal child (stdin is the slave): make it the controlling terminal."""
+
     def prepare() -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         then()
+
     return prepare
 
 

@@ -70,15 +70,33 @@ from pomona.orchestrator.types import (
 )
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-INIT_BINARY = "/bin/busybox"  # static (Debian's busybox-static): runs in any image as the idle pid 2
+# static (Debian's busybox-static): runs in any image as the idle pid 2
+INIT_BINARY = "/bin/busybox"
 INIT_PATH = "/dev/.pomona/busybox"  # where it appears inside (bwrap's private /dev, not the image)
-GATE = 'read -r _ <&{fd} && exec {fd}<&- "$0" "$@"'  # exits, running nothing, if the orchestrator died
+# exits, running nothing, if the orchestrator died
+GATE = 'read -r _ <&{fd} && exec {fd}<&- "$0" "$@"'
 NAMESPACES = ("user", "mnt", "uts", "ipc", "net", "pid")  # in the order pomona-enter takes them
 # What the "host" image hides: private and mutable places of the host. Opaque directories in a
 # shared mask layer; whiteouts for single files.
-HOST_MASK_DIRS = ("root", "home", "tmp", "var/tmp", "run", "mnt", "media", "srv", "var/lib/docker",
-                  "var/lib/containers", "var/log", "var/mail", "var/spool", "work", "opt/pomona",
-                  "var/cache/pomona", "var/lib/pomona")
+HOST_MASK_DIRS = (
+    "root",
+    "home",
+    "tmp",
+    "var/tmp",
+    "run",
+    "mnt",
+    "media",
+    "srv",
+    "var/lib/docker",
+    "var/lib/containers",
+    "var/log",
+    "var/mail",
+    "var/spool",
+    "work",
+    "opt/pomona",
+    "var/cache/pomona",
+    "var/lib/pomona",
+)
 HOST_MASK_FILES = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-", "etc/sudoers")
 
 
@@ -110,8 +128,15 @@ class _Record:
 
     def info(self) -> SandboxInfo:
         spec = self.sandbox_spec
-        return SandboxInfo(id=self.id, runtime="local", status=self.status, spec=spec,
-                           created_at=self.created_at, snapshot=self.snapshot, message=self.message)
+        return SandboxInfo(
+            id=self.id,
+            runtime="local",
+            status=self.status,
+            spec=spec,
+            created_at=self.created_at,
+            snapshot=self.snapshot,
+            message=self.message,
+        )
 
 
 @dataclass
@@ -139,6 +164,7 @@ class _Live:
             os.close(self.pidfd)
             self.pidfd = None
 
+
 def _parent(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -160,34 +186,49 @@ def remove_directory(directory: Path) -> None:
 def _run(*argv: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
-        raise SandboxFailed(f"{' '.join(argv[:3])}...: {done.stderr.strip() or done.stdout.strip()}")
+        raise SandboxFailed(
+            f"{' '.join(argv[:3])}...: {done.stderr.strip() or done.stdout.strip()}"
+        )
 
 
 class LocalRuntime:
     name = "local"
 
-    def __init__(self, state_dir: str | os.PathLike = "/var/lib/pomona", images: ImageStore | None = None,
-                 cgroup_group: str = "pomona", store_size: int = 256 * 2**30,
-                 sources: ImageSources | None = None):
+    def __init__(
+        self,
+        state_dir: str | os.PathLike = "/var/lib/pomona",
+        images: ImageStore | None = None,
+        cgroup_group: str = "pomona",
+        store_size: int = 256 * 2**30,
+        sources: ImageSources | None = None,
+    ):
         self.root = Path(state_dir).absolute()
         self.state = self.root / "store"
         self.gate = self.state / "gate" / "busybox"  # the exec gate, read-only with a locked flag
         self.store_size = store_size
         self.images = images or ImageStore(self.state / "images", sources=sources)
-        self.cgroup_group = f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
+        self.cgroup_group = (
+            f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
+        )
         self.sandboxes: dict[str, _Live] = {}
         self.me = (os.getpid(), start_time(os.getpid()))
         self._lock: int | None = None  # a shared flock on the state dir while this runtime uses it
         self._check_machine()
 
     def _check_machine(self) -> None:
-        missing = [b for b in ("bwrap", "nsenter", "mkfs.ext4", "mkfs.xfs", "cp") if not shutil.which(b)]
+        missing = [
+            b for b in ("bwrap", "nsenter", "mkfs.ext4", "mkfs.xfs", "cp") if not shutil.which(b)
+        ]
         if not os.path.exists(INIT_BINARY):
             missing.append(INIT_BINARY + " (Debian package busybox-static)")
         if missing:
-            raise RuntimeUnavailable(f"the local runtime needs {', '.join(missing)}; run ./dev setup")
+            raise RuntimeUnavailable(
+                f"the local runtime needs {', '.join(missing)}; run ./dev setup"
+            )
         if os.geteuid() != 0:
-            raise RuntimeUnavailable("the local runtime needs root (it mounts overlays and cgroups)")
+            raise RuntimeUnavailable(
+                "the local runtime needs root (it mounts overlays and cgroups)"
+            )
         seccomp.loader()  # built once per machine; says what is missing if it cannot be
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -287,8 +328,12 @@ class LocalRuntime:
 
     def _live(self, record: _Record, directory: Path) -> _Live:
         uid = 0 if record.spec.get("user") == "root" else SANDBOX_UID
-        return _Live(record, directory, Cgroup(record.id, self.cgroup_group),
-                     SandboxFS(str(directory / "rootfs"), uid, uid))
+        return _Live(
+            record,
+            directory,
+            Cgroup(record.id, self.cgroup_group),
+            SandboxFS(str(directory / "rootfs"), uid, uid),
+        )
 
     def _host_mask(self) -> Path:
         """The layer that hides the host's private places, every registered state directory
@@ -304,7 +349,8 @@ class LocalRuntime:
             d = mask / rel
             d.mkdir(parents=True, exist_ok=True)
             os.setxattr(d, "trusted.overlay.opaque", b"y")
-        for rel in (*HOST_MASK_FILES, str(REGISTRY.relative_to("/"))):  # the registry names them all
+        # the registry names them all
+        for rel in (*HOST_MASK_FILES, str(REGISTRY.relative_to("/"))):
             (mask / rel).parent.mkdir(parents=True, exist_ok=True)
             os.mknod(mask / rel, 0o600 | 0o020000, os.makedev(0, 0))
         (mask / "tmp").chmod(0o1777)
@@ -313,14 +359,17 @@ class LocalRuntime:
 
     # -- create and delete --------------------------------------------------------------------
 
-    async def create(self, sandbox_id: str, spec: SandboxSpec,
-                     snapshot: SnapshotInfo | None = None) -> SandboxInfo:
+    async def create(
+        self, sandbox_id: str, spec: SandboxSpec, snapshot: SnapshotInfo | None = None
+    ) -> SandboxInfo:
         if sandbox_id in self.sandboxes:
             raise SandboxConflict(f"sandbox {sandbox_id!r} already exists")
         store = os.statvfs(self.state)
         if spec.limits.disk and spec.limits.disk > store.f_blocks * store.f_frsize:
-            raise InvalidRequest(f"limits.disk={spec.limits.disk} is more than the state store holds "
-                                 f"({store.f_blocks * store.f_frsize} bytes)")
+            raise InvalidRequest(
+                f"limits.disk={spec.limits.disk} is more than the state store holds "
+                f"({store.f_blocks * store.f_frsize} bytes)"
+            )
         if snapshot:
             lowers, env = self._snapshot_lowers(snapshot.id)
         else:
@@ -331,9 +380,16 @@ class LocalRuntime:
             directory.mkdir()
         except FileExistsError:
             raise SandboxConflict(f"sandbox {sandbox_id!r} is being created or removed") from None
-        record = _Record(id=sandbox_id, spec=spec.model_dump(mode="json"), created_at=time.time(),
-                         lowers=lowers, image_env=env, owner_pid=self.me[0], owner_start=self.me[1],
-                         snapshot=snapshot.id if snapshot else None)
+        record = _Record(
+            id=sandbox_id,
+            spec=spec.model_dump(mode="json"),
+            created_at=time.time(),
+            lowers=lowers,
+            image_env=env,
+            owner_pid=self.me[0],
+            owner_start=self.me[1],
+            snapshot=snapshot.id if snapshot else None,
+        )
         live = self._live(record, directory)
         self._save(live)  # the lease exists before anything that could leak
         self.sandboxes[sandbox_id] = live
@@ -341,7 +397,9 @@ class LocalRuntime:
         try:
             await asyncio.shield(live.building)
             if live.deleted:
-                raise SandboxFailed(f"sandbox {sandbox_id!r} was deleted while it was being created")
+                raise SandboxFailed(
+                    f"sandbox {sandbox_id!r} was deleted while it was being created"
+                )
         except BaseException as e:
             if not live.deleted:  # else the delete that raced us removes it
                 self.sandboxes.pop(sandbox_id, None)
@@ -391,15 +449,21 @@ class LocalRuntime:
             (writable / sub).mkdir()
         (d / "rootfs").mkdir()
         try:
-            mount_overlay(str(d / "rootfs"), record.lowers, str(writable / "upper"), str(writable / "work"))
+            mount_overlay(
+                str(d / "rootfs"), record.lowers, str(writable / "upper"), str(writable / "work")
+            )
         except OSError as e:
             raise SandboxFailed(f"cannot mount the sandbox's root filesystem: {e}") from None
         uid = live.fs.uid
         # mount targets too: bubblewrap would create missing ones 0700, closed to the sandbox user
         root = os.open(d / "rootfs", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for path, mode in (("/tmp", 0o1777), (spec.workdir, 0o755), (SANDBOX_HOME, 0o755),
-                               *((m.target, 0o755) for m in spec.mounts)):
+            for path, mode in (
+                ("/tmp", 0o1777),
+                (spec.workdir, 0o755),
+                (SANDBOX_HOME, 0o755),
+                *((m.target, 0o755) for m in spec.mounts),
+            ):
                 live.fs.mkdir(path)
                 with contextlib.suppress(OSError):
                     fd = open_in_root(root, path, os.O_RDONLY | os.O_DIRECTORY)
@@ -455,25 +519,71 @@ class LocalRuntime:
         ready_r, ready_w = os.pipe()
         idle_r, idle_w = os.pipe()
         filter_fd = seccomp.memfd()
-        args = ["bwrap", "--unshare-user", "--userns-block-fd", str(ready_r), "--info-fd", str(info_w),
-                "--uid", "0", "--gid", "0", "--bind", str(live.dir / "rootfs"), "/",
-                "--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", os.path.dirname(INIT_PATH),
-                "--ro-bind", str(self.gate), INIT_PATH,
-                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", live.record.id[:63],
-                "--chdir", spec.workdir, "--new-session", "--seccomp", str(filter_fd)]
+        args = [
+            "bwrap",
+            "--unshare-user",
+            "--userns-block-fd",
+            str(ready_r),
+            "--info-fd",
+            str(info_w),
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--bind",
+            str(live.dir / "rootfs"),
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "0755",
+            "--dir",
+            os.path.dirname(INIT_PATH),
+            "--ro-bind",
+            str(self.gate),
+            INIT_PATH,
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname",
+            live.record.id[:63],
+            "--chdir",
+            spec.workdir,
+            "--new-session",
+            "--seccomp",
+            str(filter_fd),
+        ]
         if spec.network != NetworkMode.full:
             args.append("--unshare-net")
         args += binds
-        args += ["--", INIT_PATH, "sh", "-c",
-                 f'echo >&{idle_w}; exec {idle_w}>&-; exec "$0" sleep 2147483647', INIT_PATH]
-        with open(live.dir / "init.log", "wb") as log, os.fdopen(info_r, "rb") as info, \
-                os.fdopen(ready_w, "wb", buffering=0) as ready, os.fdopen(idle_r, "rb") as idle:
+        args += [
+            "--",
+            INIT_PATH,
+            "sh",
+            "-c",
+            f'echo >&{idle_w}; exec {idle_w}>&-; exec "$0" sleep 2147483647',
+            INIT_PATH,
+        ]
+        with (
+            open(live.dir / "init.log", "wb") as log,
+            os.fdopen(info_r, "rb") as info,
+            os.fdopen(ready_w, "wb", buffering=0) as ready,
+            os.fdopen(idle_r, "rb") as idle,
+        ):
             try:
                 # a clean environment: the orchestrator's (API keys, tokens) must not reach the
                 # sandbox, whose root can read its init's /proc/1/environ
-                live.process = subprocess.Popen(args, pass_fds=(info_w, ready_r, idle_w, filter_fd),
-                                                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                                start_new_session=True, env={"PATH": DEFAULT_PATH})
+                live.process = subprocess.Popen(
+                    args,
+                    pass_fds=(info_w, ready_r, idle_w, filter_fd),
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env={"PATH": DEFAULT_PATH},
+                )
             finally:
                 for fd in (info_w, ready_r, idle_w, filter_fd):
                     os.close(fd)
@@ -499,7 +609,9 @@ class LocalRuntime:
         live.record.idle_pid = int(children[0])
         live.record.idle_start = start_time(live.record.idle_pid)
         if not self._hold(live):
-            raise SandboxFailed(f"the sandbox's idle process exited at once: {self._init_log(live)}")
+            raise SandboxFailed(
+                f"the sandbox's idle process exited at once: {self._init_log(live)}"
+            )
 
     @staticmethod
     def _hold(live: _Live) -> bool:
@@ -510,8 +622,11 @@ class LocalRuntime:
         except OSError:
             return False
         if not record.idle_start and _parent(record.idle_pid) == record.init_pid:
-            record.idle_start = start_time(record.idle_pid)  # a record from before idle_start existed
-        if not alive(record.idle_pid, record.idle_start) or not alive(record.init_pid, record.init_start):
+            # a record from before idle_start existed
+            record.idle_start = start_time(record.idle_pid)
+        if not alive(record.idle_pid, record.idle_start) or not alive(
+            record.init_pid, record.init_start
+        ):
             os.close(pidfd)  # the pid was recycled before we held it: not our process
             return False
         live.release()
@@ -548,12 +663,15 @@ class LocalRuntime:
                 await asyncio.shield(live.building)
         if live and live.gateway:
             await live.gateway.close()
-        live = live or self._live(_Record(id=sandbox_id, spec={}, created_at=0, lowers=[], image_env={}),
-                                  directory)
+        live = live or self._live(
+            _Record(id=sandbox_id, spec={}, created_at=0, lowers=[], image_env={}), directory
+        )
         await asyncio.to_thread(self._teardown, directory, live, live.process)
         return True
 
-    def _teardown(self, directory: Path, live: _Live | None, process: subprocess.Popen | None) -> None:
+    def _teardown(
+        self, directory: Path, live: _Live | None, process: subprocess.Popen | None
+    ) -> None:
         """Kill, unmount, remove the cgroup and the files. Safe to repeat after a crash."""
         record_path = directory / "record.json"
         with contextlib.suppress(OSError, ValueError, TypeError):
@@ -631,22 +749,32 @@ class LocalRuntime:
         fds: dict[str, int] = {}
         try:
             for name in names:
-                source = f"/proc/{live.record.idle_pid}/" + (name if name in ("root", "cwd") else f"ns/{name}")
+                source = f"/proc/{live.record.idle_pid}/" + (
+                    name if name in ("root", "cwd") else f"ns/{name}"
+                )
                 fds[name] = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
             if live.pidfd is None or exited(live.pidfd):
-                raise SandboxConflict(f"sandbox {live.record.id!r} has failed (its init process died); delete it")
+                raise SandboxConflict(
+                    f"sandbox {live.record.id!r} has failed (its init process died); delete it"
+                )
             yield fds
         except FileNotFoundError:
-            raise SandboxConflict(f"sandbox {live.record.id!r} has failed (its init process died); "
-                                  "delete it") from None
+            raise SandboxConflict(
+                f"sandbox {live.record.id!r} has failed (its init process died); delete it"
+            ) from None
         finally:
             for fd in fds.values():
                 os.close(fd)
 
     # -- exec ---------------------------------------------------------------------------------
 
-    def _spawn(self, sandbox_id: str, request: ExecRequest, extra_env: dict[str, str] | None = None,
-               terminal: int | None = None) -> subprocess.Popen:
+    def _spawn(
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        extra_env: dict[str, str] | None = None,
+        terminal: int | None = None,
+    ) -> subprocess.Popen:
         """Start a command inside the sandbox: its namespaces (entered through files opened and
         checked against the held pidfd), its cgroup, its seccomp filter, its own process group.
         Everything on the way in is static (busybox, pomona-enter): cheap to exec, any host."""
@@ -657,40 +785,84 @@ class LocalRuntime:
         # in `full` mode the sandbox shares the host's network namespace: nothing to enter there
         names = tuple(ns for ns in NAMESPACES if ns != "net" or spec.network != NetworkMode.full)
         if isinstance(request.command, str):
-            command = [live.record.shell, *(["-l"] if request.login_shell else []), "-c", request.command]
+            command = [
+                live.record.shell,
+                *(["-l"] if request.login_shell else []),
+                "-c",
+                request.command,
+            ]
         else:
             command = request.command
         home = "/root" if user == "root" else SANDBOX_HOME
-        env = {"PATH": DEFAULT_PATH, **live.record.image_env, "HOME": home, "USER": user,
-               "LOGNAME": user, "PWD": cwd, "LANG": "C.UTF-8", **spec.env, **(extra_env or {}),
-               **request.env}
+        env = {
+            "PATH": DEFAULT_PATH,
+            **live.record.image_env,
+            "HOME": home,
+            "USER": user,
+            "LOGNAME": user,
+            "PWD": cwd,
+            "LANG": "C.UTF-8",
+            **spec.env,
+            **(extra_env or {}),
+            **request.env,
+        }
         ids = ["-", "-"] if user == "root" else [str(SANDBOX_UID), str(SANDBOX_UID)]
         with self._namespaces(live, (*names, "root")) as fds:
             # pomona-enter (linux/seccomp_exec.c): the namespaces, the root, no_new_privs (setuid
             # binaries in the image grant nothing), the filter, the user, the directory, the command
-            argv = [seccomp.loader(), str(seccomp.shared_fd()), *(str(fds.get(ns, "-")) for ns in NAMESPACES),
-                    str(fds["root"]), *ids, cwd, *command]
+            argv = [
+                seccomp.loader(),
+                str(seccomp.shared_fd()),
+                *(str(fds.get(ns, "-")) for ns in NAMESPACES),
+                str(fds["root"]),
+                *ids,
+                cwd,
+                *command,
+            ]
             try:
-                return self._start(live, argv, env, tuple(fds.values()), request.stdin is not None, terminal)
+                return self._start(
+                    live, argv, env, tuple(fds.values()), request.stdin is not None, terminal
+                )
             except (subprocess.SubprocessError, OSError) as e:
-                raise SandboxFailed(f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}") from e
+                raise SandboxFailed(
+                    f"sandbox {sandbox_id!r} cannot run commands (its cgroup is gone?): {e}"
+                ) from e
 
     @staticmethod
-    def _start(live: _Live, argv: builtins.list[str], env: dict[str, str], fds: tuple[int, ...], stdin: bool,
-               terminal: int | None) -> subprocess.Popen:
+    def _start(
+        live: _Live,
+        argv: builtins.list[str],
+        env: dict[str, str],
+        fds: tuple[int, ...],
+        stdin: bool,
+        terminal: int | None,
+    ) -> subprocess.Popen:
         fds = (*fds, seccomp.shared_fd())
         if terminal is not None:
             join = preexec_joiner(live.cgroup.procs_files)
-            return subprocess.Popen(argv, env=env, start_new_session=True, stdin=terminal, stdout=terminal,
-                                    stderr=terminal, pass_fds=fds, preexec_fn=execution.pty_preexec(join))
+            return subprocess.Popen(
+                argv,
+                env=env,
+                start_new_session=True,
+                stdin=terminal,
+                stdout=terminal,
+                stderr=terminal,
+                pass_fds=fds,
+                preexec_fn=execution.pty_preexec(join),
+            )
         # The gate: a static shell that waits on a pipe while we move it into the cgroup, so the
         # command cannot fork outside the limits; no preexec_fn, so Python can use vfork.
         gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                [INIT_BINARY, "sh", "-c", GATE.format(fd=gate_r), *argv], env=env, start_new_session=True,
-                pass_fds=(gate_r, *fds), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL)
+                [INIT_BINARY, "sh", "-c", GATE.format(fd=gate_r), *argv],
+                env=env,
+                start_new_session=True,
+                pass_fds=(gate_r, *fds),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            )
             os.close(gate_r)
             gate_r = -1
             live.cgroup.join(proc.pid)
@@ -701,17 +873,21 @@ class LocalRuntime:
             if gate_r >= 0:
                 os.close(gate_r)
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> AsyncGenerator[ExecChunk | ExecResult, None]:
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest
+    ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
         proc = self._spawn(sandbox_id, request)
         stdin = request.stdin.encode() if request.stdin is not None else None
         command = await execution.LocalCommand.start(proc)
-        async with contextlib.aclosing(execution.stream(
-                command, stdin=stdin, timeout=request.timeout, cap=request.output_cap)) as items:
+        async with contextlib.aclosing(
+            execution.stream(command, stdin=stdin, timeout=request.timeout, cap=request.output_cap)
+        ) as items:
             async for item in items:
                 yield item
 
-    async def open_pty(self, sandbox_id: str, request: ExecRequest, rows: int = 24,
-                       cols: int = 80) -> execution.ProcessPty:
+    async def open_pty(
+        self, sandbox_id: str, request: ExecRequest, rows: int = 24, cols: int = 80
+    ) -> execution.ProcessPty:
         master, slave = execution.open_terminal(rows, cols)
         try:
             proc = self._spawn(sandbox_id, request, {"TERM": "xterm-256color"}, terminal=slave)
@@ -758,18 +934,33 @@ class LocalRuntime:
         try:
             # reflinks where the filesystem has them (xfs, btrfs); a plain copy otherwise
             proc = await asyncio.create_subprocess_exec(
-                "cp", "-a", "--reflink=auto", str(upper), str(target / "layer"),
-                stderr=asyncio.subprocess.PIPE)
-            _, err = await progress.copying(proc, upper, target / "layer", f"snapshot {snapshot_id}")
+                "cp",
+                "-a",
+                "--reflink=auto",
+                str(upper),
+                str(target / "layer"),
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, err = await progress.copying(
+                proc, upper, target / "layer", f"snapshot {snapshot_id}"
+            )
             if proc.returncode:
                 raise SandboxFailed(f"snapshot copy failed: {err.decode().strip()}")
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        info = SnapshotInfo(id=snapshot_id, sandbox_id=sandbox_id, runtime=self.name,
-                            spec=SandboxSpec.model_validate(live.record.spec), created_at=time.time())
-        data = {**info.model_dump(mode="json"), "lowers": [str(target / "layer"), *live.record.lowers],
-                "image_env": live.record.image_env}
+        info = SnapshotInfo(
+            id=snapshot_id,
+            sandbox_id=sandbox_id,
+            runtime=self.name,
+            spec=SandboxSpec.model_validate(live.record.spec),
+            created_at=time.time(),
+        )
+        data = {
+            **info.model_dump(mode="json"),
+            "lowers": [str(target / "layer"), *live.record.lowers],
+            "image_env": live.record.image_env,
+        }
         (target / "snapshot.json").write_text(json.dumps(data))
         return info
 
@@ -777,9 +968,15 @@ class LocalRuntime:
         found = []
         for path in (self.state / "snapshots").glob("*/snapshot.json"):
             with contextlib.suppress(OSError, ValueError):
-                found.append(SnapshotInfo.model_validate(
-                    {k: v for k, v in json.loads(path.read_text()).items()
-                     if k not in ("lowers", "image_env")}))
+                found.append(
+                    SnapshotInfo.model_validate(
+                        {
+                            k: v
+                            for k, v in json.loads(path.read_text()).items()
+                            if k not in ("lowers", "image_env")
+                        }
+                    )
+                )
         return found
 
     async def delete_snapshot(self, snapshot_id: str) -> bool:
@@ -794,14 +991,16 @@ class LocalRuntime:
                     users.append(path.parent.name)
         if users:
             raise SandboxConflict(
-                f"snapshot {snapshot_id!r} is a layer of {', '.join(sorted(users))}; delete those first")
+                f"snapshot {snapshot_id!r} is a layer of {', '.join(sorted(users))}; delete those first"
+            )
         await asyncio.to_thread(shutil.rmtree, target, True)
         return True
 
     # -- network ------------------------------------------------------------------------------
 
     async def open_connection(
-            self, sandbox_id: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         live = self._get(sandbox_id)
         with self._namespaces(live, ("net",)) as fds:
             return await open_connection_in(f"/proc/self/fd/{fds['net']}", port)

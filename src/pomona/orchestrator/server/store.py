@@ -69,7 +69,9 @@ class JobRecord(BaseModel):
     status: JobStatus = "queued"
     result: ExecResult | None = None
     error: str | None = None
-    error_type: str | None = Field(default=None, description="the error class, so SDKs can re-raise it")
+    error_type: str | None = Field(
+        default=None, description="the error class, so SDKs can re-raise it"
+    )
     created_at: float
     started_at: float | None = None
     completed_at: float | None = None

@@ -75,9 +75,7 @@ class EngineExec:
         self.api, self.exec_id = api, exec_id
         self.reader, self.writer = reader, writer
         # bounded: a slow consumer stops us reading the socket, so the engine stops too
-        self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(
-            maxsize=execution.QUEUE_LIMIT
-        )
+        self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(maxsize=execution.QUEUE_LIMIT)
         self.pid = 0
         self.killed = False
         self.demux = asyncio.create_task(self._demux() if multiplexed else asyncio.sleep(0))

@@ -47,9 +47,7 @@ class ChannelStream:
 
     def __init__(self, connect: Callable[[], Any], stdin: bytes | None = None):
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(
-            maxsize=execution.QUEUE_LIMIT
-        )
+        self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(maxsize=execution.QUEUE_LIMIT)
         self.exited: asyncio.Future[int] = self.loop.create_future()
         self.opened: asyncio.Future[None] = self.loop.create_future()
         self.opened.add_done_callback(

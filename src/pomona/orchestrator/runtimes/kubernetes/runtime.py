@@ -797,9 +797,9 @@ class KubernetesRuntime:
         stream = self._open(live, argv, data)
         send = self._signaller(live, exec_id, uid)
         command = GatedCommand(stream, lambda: send(9))
-        async with contextlib.aclosing(execution.stream(
-            command, stdin=None, timeout=request.timeout, cap=request.output_cap
-        )) as items:
+        async with contextlib.aclosing(
+            execution.stream(command, stdin=None, timeout=request.timeout, cap=request.output_cap)
+        ) as items:
             async for item in items:
                 yield item
 
