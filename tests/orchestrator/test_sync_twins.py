@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextlib
 import inspect
 import signal
 import threading
@@ -128,16 +129,36 @@ def client(hang: Hang) -> Iterator[SandboxClient]:
         yield c
 
 
-def _interrupt_main_thread(when: threading.Event, signum: int = signal.SIGINT) -> None:
-    """Deliver `signum` to the main thread (where the test waits) once `when` is set."""
+@contextlib.contextmanager
+def interrupted(when: threading.Event, error: Callable[[], BaseException]) -> Iterator[None]:
+    """Once `when` is set, raise `error()` in the main thread (where the test waits) from a
+    SIGINT handler, as Ctrl-C or a signal-driven deadline would. The signal is sent again until
+    the handler has run (a signal can be lost to a thread that was not waiting for it); later
+    ones are ignored, and no sending thread outlives the block."""
     main = threading.main_thread().ident
     assert main is not None and threading.current_thread() is threading.main_thread()
+    received, done = threading.Event(), threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        if not received.is_set():
+            received.set()
+            raise error()
 
     def deliver() -> None:
         when.wait(60)  # and if it never comes, interrupt anyway: the test fails, never hangs
-        signal.pthread_kill(main, signum)
+        while not received.is_set() and not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+            received.wait(0.5)
 
-    threading.Thread(target=deliver, daemon=True).start()
+    previous = signal.signal(signal.SIGINT, handler)
+    sender = threading.Thread(target=deliver, daemon=True)
+    sender.start()
+    try:
+        yield
+    finally:
+        done.set()
+        sender.join()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_results_come_back_as_sync_twins(client):
@@ -157,8 +178,7 @@ def test_results_come_back_as_sync_twins(client):
 
 def test_ctrl_c_cancels_the_exec_before_it_reaches_the_caller(client, hang):
     sb = client.create_sandbox()
-    _interrupt_main_thread(hang.started)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted(hang.started, KeyboardInterrupt), pytest.raises(KeyboardInterrupt):
         sb.exec("hang")
     # the command was stopped before the interruption came back
     assert hang.started.is_set() and hang.cancelled.is_set()
@@ -166,24 +186,16 @@ def test_ctrl_c_cancels_the_exec_before_it_reaches_the_caller(client, hang):
 
 
 def test_a_timeout_raised_in_the_calling_thread_cancels_too(client, hang):
-    def alarm(signum: int, frame: object) -> None:
-        raise TimeoutError("the caller's own deadline")
-
-    previous = signal.signal(signal.SIGINT, alarm)  # as a signal-driven deadline would
-    try:
-        sb = client.create_sandbox()
-        _interrupt_main_thread(hang.started)
-        with pytest.raises(TimeoutError, match="caller's own deadline"):
-            sb.exec("hang", timeout=None)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    sb = client.create_sandbox()
+    deadline = lambda: TimeoutError("the caller's own deadline")  # noqa: E731
+    with interrupted(hang.started, deadline), pytest.raises(TimeoutError, match="own deadline"):
+        sb.exec("hang", timeout=None)
     assert hang.started.is_set() and hang.cancelled.is_set()
 
 
 def test_an_interrupted_or_abandoned_stream_stops_its_command(client, hang):
     sb = client.create_sandbox()
-    _interrupt_main_thread(hang.started)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted(hang.started, KeyboardInterrupt), pytest.raises(KeyboardInterrupt):
         for _ in sb.exec_stream("hang"):
             pass
     assert hang.started.is_set() and hang.cancelled.is_set()
