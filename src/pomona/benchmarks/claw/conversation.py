@@ -10,12 +10,40 @@ and OpenClaw's session JSONL events, which QwenClawBench's `grade(transcript, ..
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pomona.benchmarks.claw.judge import Judge
+from pomona.harnesses.proxy_link import ProxyLink
 from pomona.proxy.dialects import DIALECTS
 from pomona.proxy.neutral import messages as neutral_messages
 
+if TYPE_CHECKING:
+    from pomona.benchmarks.task import Task
+    from pomona.harnesses.runner import HarnessResult
+    from pomona.orchestrator.sdk.client import Sandbox
+
 Message = dict[str, Any]
+
+
+def evidence(
+    task: Task,
+    sandbox: Sandbox,
+    run: HarnessResult | None,
+    proxy: ProxyLink | None,
+    judge_model: str,
+    judge_verdict: float,
+) -> dict[str, Any]:
+    """What a Claw task is scored on: its scorer's artifacts from the sandbox and, when the run
+    went through the proxy, the conversation the proxy recorded and a judge whose judgements are
+    recorded beside the judged episode."""
+    artifacts = task.scorer.collect(task, sandbox)
+    if run is not None and proxy is not None:
+        from pomona.gym.episode import read_calls  # (the gym imports the benchmarks)
+
+        link = ProxyLink.of(proxy)
+        artifacts["conversation"] = from_calls(read_calls(link, run.episode), run.final_answer)
+        artifacts["judge"] = Judge(link, judge_model, judge_verdict, of=run.episode)
+    return artifacts
 
 
 def from_calls(calls: list[dict[str, Any]], final_answer: str | None) -> list[Message]:

@@ -141,16 +141,9 @@ class QwenClawTask(Task):
     def evaluate(
         self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
     ) -> Score:
-        artifacts = self.scorer.collect(self, sandbox)
-        if run is not None and proxy is not None:
-            from pomona.gym.episode import read_calls
-            from pomona.harnesses.proxy_link import ProxyLink
-
-            link = ProxyLink.of(proxy)
-            artifacts["conversation"] = conversation.from_calls(
-                read_calls(link, run.episode), run.final_answer
-            )
-            artifacts["judge"] = Judge(link, self.judge_model, self.judge_verdict, of=run.episode)
+        artifacts = conversation.evidence(
+            self, sandbox, run, proxy, self.judge_model, self.judge_verdict
+        )
         return self.scorer.score(self, artifacts)
 
     def grade(self, workspace_tar: bytes, talk: list[dict[str, Any]], judge: Judge | None) -> Score:
