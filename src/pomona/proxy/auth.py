@@ -16,17 +16,6 @@ from collections.abc import Mapping
 ENV = "POMONA_PROXY_API_KEYS"
 
 
-def parse_keys(text: str | None) -> dict[str, str]:
-    """`name:key` entries separated by commas, spaces or newlines -> {name: key}."""
-    keys: dict[str, str] = {}
-    for entry in (text or "").replace(",", " ").split():
-        name, sep, key = entry.partition(":")
-        if not sep or not name or not key:
-            raise ValueError(f"{ENV} entry {entry[:4]}... is not name:key")
-        keys[name] = key
-    return keys
-
-
 def presented(headers: Mapping[str, str]) -> str | None:
     """The key a request carries, as a Bearer token or in x-api-key."""
     auth = headers.get("authorization") or ""

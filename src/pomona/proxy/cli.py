@@ -64,6 +64,7 @@ def run_proxy(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from pomona.keys import parse_keys
     from pomona.proxy import auth
     from pomona.proxy.app import create_app
     from pomona.proxy.config import ProxyConfig, Timeouts
@@ -78,8 +79,9 @@ def run_proxy(args: argparse.Namespace) -> int:
         default_script=script,
         durable=args.durable,
         timeouts=Timeouts(args.connect_timeout, args.read_timeout, args.total_timeout),
-        api_keys=auth.parse_keys(
-            args.api_keys_file.read_text() if args.api_keys_file else os.environ.get(auth.ENV)
+        api_keys=parse_keys(
+            args.api_keys_file.read_text() if args.api_keys_file else os.environ.get(auth.ENV),
+            str(args.api_keys_file) if args.api_keys_file else auth.ENV,
         ),
     )
     if not config.api_keys and args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -24,11 +24,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from pomona.keys import parse_keys
 from pomona.orchestrator.server.admission import Admission
 from pomona.orchestrator.server.coordinator import Coordinator, Timing
 from pomona.orchestrator.server.envelope import RequestEnvelope
 from pomona.orchestrator.server.errors import add_handlers
-from pomona.orchestrator.server.keys import KeyRing, parse_keys
+from pomona.orchestrator.server.keys import KeyRing
 from pomona.orchestrator.server.metrics import instrument
 from pomona.orchestrator.server.policy import FILE_OPS_PER_KEY, TenantPolicy
 from pomona.orchestrator.server.routes import files, jobs, probes, sandboxes, sessions, snapshots
@@ -142,7 +143,7 @@ def serve(
     """Run until stopped. Keys come from POMONA_API_KEYS; without keys only loopback is served."""
     import uvicorn
 
-    keys = parse_keys(os.environ.get("POMONA_API_KEYS")) or None
+    keys = parse_keys(os.environ.get("POMONA_API_KEYS"), "POMONA_API_KEYS") or None
     if keys is None and not _loopback(host):
         raise SystemExit(
             f"refusing to serve {host} without API keys: set POMONA_API_KEYS=name:key,..."

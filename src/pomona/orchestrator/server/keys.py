@@ -8,17 +8,6 @@ from pomona.errors import AuthenticationRequired, PermissionDenied
 from pomona.orchestrator.server.coordinator import Principal
 
 
-def parse_keys(text: str | None) -> dict[str, str]:
-    """POMONA_API_KEYS: "name:key" entries separated by commas, spaces or newlines."""
-    keys: dict[str, str] = {}
-    for entry in (text or "").replace(",", " ").split():
-        name, sep, key = entry.partition(":")
-        if not sep or not name or not key:
-            raise ValueError(f"POMONA_API_KEYS entry {entry[:4]}... is not name:key")
-        keys[name] = key
-    return keys
-
-
 class KeyRing:
     """Checks X-API-Key in constant time against every key; None disables auth (loopback only)."""
 
