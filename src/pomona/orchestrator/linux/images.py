@@ -467,13 +467,15 @@ def _blob(desc: dict) -> str:
 
 
 def _decompressed(raw: IO[bytes]) -> BinaryReader:
+    """A layer's tar stream, gunzipped when it starts with gzip's magic. From a source that cannot
+    seek back (a registry response, a pipe), the bytes peeked at are put in front again."""
     head = raw.read(2)
-    raw.seek(0) if raw.seekable() else None
-    if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)
-    if not raw.seekable():
-        return io.BufferedReader(_Prefixed(head, raw))
-    return raw
+    if raw.seekable():
+        raw.seek(0)
+        stream: BinaryReader = raw
+    else:
+        stream = io.BufferedReader(_Prefixed(head, raw))
+    return gzip.GzipFile(fileobj=stream) if head == b"\x1f\x8b" else stream
 
 
 class _Prefixed(io.RawIOBase):
@@ -485,8 +487,10 @@ class _Prefixed(io.RawIOBase):
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer)
-        data = self.head or self.rest.read(len(view))
-        self.head = b""
+        if self.head:
+            data, self.head = self.head[: len(view)], self.head[len(view) :]
+        else:
+            data = self.rest.read(len(view))
         view[: len(data)] = data
         return len(data)
 
