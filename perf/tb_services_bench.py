@@ -21,7 +21,7 @@ import time
 
 from pomona import SandboxClient
 from pomona.benchmarks import terminal_bench as tb
-from pomona.benchmarks.terminal_bench_services import ServiceGroup
+from pomona.benchmarks.terminal_bench.services import ServiceGroup
 from pomona.orchestrator.runtimes.local import LocalRuntime
 
 CLIENT = """

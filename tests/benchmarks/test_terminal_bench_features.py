@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pomona.benchmarks import terminal_bench as tb
-from pomona.benchmarks.terminal_bench_config import Network, read_config
+from pomona.benchmarks.terminal_bench.config import Network, read_config
 from pomona.gym.episode import EpisodeRecord, read_calls, run_episode
 from pomona.harnesses import payload
 from pomona.harnesses.proxy_link import ProxyLink
@@ -418,7 +418,7 @@ open("/tmp/ready", "w").close()
 def test_a_relay_the_agent_replaced_cannot_steer_the_bridge(client: Any) -> None:
     """What the relay says comes from the sandbox: a route line that never ends, or one naming
     a port the service does not list, gets the channel closed; only a listed route is joined."""
-    from pomona.benchmarks.terminal_bench_services import _Bridge
+    from pomona.benchmarks.terminal_bench.services import _Bridge
 
     with (
         client.create_sandbox("host", network="none", user="root") as agent,

@@ -4,7 +4,7 @@ reached from the agent's sandbox at `<name>:<port>`, as on a compose network.
 
 No runtime joins two sandboxes' networks, so a relay does it over the sandbox API. Each service
 gets a loopback address of its own in the agent's sandbox, named in its /etc/hosts; there the
-relay (terminal_bench_relay.py, run as root by the sandbox's python3) listens on the service's
+relay (terminal_bench/relay.py, run as root by the sandbox's python3) listens on the service's
 ports. A bridge here keeps a few channels open to the relay (`Sandbox.connect`); each connection
 the agent makes takes one, says which address and port it came to, and the bridge joins it to
 the service's sandbox (`connect` again). The bridge of the sandbox that owns the services
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks.terminal_bench_config import Healthcheck, resolve_env
-from pomona.benchmarks.terminal_bench_verifier import tar_of
+from pomona.benchmarks.terminal_bench.config import Healthcheck, resolve_env
+from pomona.benchmarks.terminal_bench.verifier import tar_of
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient, SyncConnection
 
-RELAY = Path(__file__).with_name("terminal_bench_relay.py")
+RELAY = Path(__file__).with_name("relay.py")
 RELAY_PATH = "/tmp/pomona-relay.py"
 FIRST_HOST = 10  # a group's services: 127.A.B.10, 127.A.B.11, ... (A.B drawn per group)
 POOL = 4  # idle channels kept open to each relay

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Score, Task, VerifierError
-from pomona.benchmarks.terminal_bench_config import (
+from pomona.benchmarks.terminal_bench.config import (
     MAIN_SERVICE,
     Artifact,
     StepConfig,
@@ -52,7 +52,7 @@ MODES = ("fork", "separate", "shared")
 
 if TYPE_CHECKING:  # both import this module
     from pomona.benchmarks.terminal_bench import TbTask
-    from pomona.benchmarks.terminal_bench_services import ServiceGroup
+    from pomona.benchmarks.terminal_bench.services import ServiceGroup
 
 
 def parse_reward(files: dict[str, str]) -> dict[str, float]:

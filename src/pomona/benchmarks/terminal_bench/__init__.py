@@ -1,6 +1,6 @@
 """Terminal-Bench 2.0 tasks in harbor's layout, verified by harbor's reward contract where the
-agent cannot tamper with the verdict (terminal_bench_verifier), configured by harbor's task.toml
-(terminal_bench_config).
+agent cannot tamper with the verdict (terminal_bench/verifier.py), configured by harbor's task.toml
+(terminal_bench/config.py).
 
     <task>/instruction.md        the agent's input (leading canary comments dropped, as harbor)
     <task>/task.toml             config
@@ -10,7 +10,7 @@ agent cannot tamper with the verdict (terminal_bench_verifier), configured by ha
     <task>/steps/<name>/         a multi-step task's steps: instruction.md, workdir/ (copied into
                                  the workdir before the step, its setup.sh run), tests/, solution/
     <task>/environment/docker-compose.yaml   sidecar services besides `main`, each in a sandbox
-                                 of its own (terminal_bench_services)
+                                 of its own (terminal_bench/services.py)
 
 Where a task names `[environment] docker_image`, it runs there (as root unless `[agent].user`
 names another user). Pomona's local tasks instead set `[metadata] pomona_image = "host"`: they run
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Environment, Score, Task, Turn, VerifierError
-from pomona.benchmarks.terminal_bench_config import (
+from pomona.benchmarks.terminal_bench.config import (
     DEFAULT_WORKDIR,
     MAIN_SERVICE,
     StepConfig,
@@ -48,8 +48,8 @@ from pomona.benchmarks.terminal_bench_config import (
     read_config,
     resolve_env,
 )
-from pomona.benchmarks.terminal_bench_services import Service, ServiceGroup, read_services
-from pomona.benchmarks.terminal_bench_verifier import (
+from pomona.benchmarks.terminal_bench.services import Service, ServiceGroup, read_services
+from pomona.benchmarks.terminal_bench.verifier import (
     TbScorer,
     copy_artifacts,
     parse_reward,
@@ -80,7 +80,7 @@ __all__ = [
     "tasks",
 ]
 
-DATA = Path(__file__).parent / "data" / "terminal_bench"
+DATA = Path(__file__).parents[1] / "data" / "terminal_bench"
 STEP_MARKER = "/tmp/pomona-tb-step"  # root-owned, world-readable: which step the agent is on
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
