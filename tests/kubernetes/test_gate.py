@@ -151,6 +151,18 @@ def test_a_background_child_holding_stdout_does_not_hang(g):
     subprocess.run(["pkill", "-f", "^sleep 30$"])
 
 
+def test_output_still_on_its_way_when_the_command_exits_arrives_whole(g):
+    # a slow reader (an exec stream on a loaded API server): the command has long exited while
+    # its output still waits in the FIFO; the gate forwards it all, however long that takes
+    proc = g.start(["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"])
+    out = bytearray()
+    while chunk := proc.stdout.read1(4096):  # type: ignore[union-attr]
+        out += chunk
+        time.sleep(0.05)
+    assert proc.wait(timeout=60) == 0
+    assert len(out) == 300_000 and set(out) == {ord("x")}
+
+
 def test_terminal_has_a_tty_its_size_and_dies_by_signal(g):
     master, slave = pty.openpty()
     argv = gate.pty_argv(

@@ -13,8 +13,12 @@ command's stdout has closed it. The gate fixes each:
 - it drops to the sandbox user (`nsenter -S -G`: setgroups([]), setgid, setuid; every
   capability goes) unless the caller passes no uid (the pod already runs as that user);
 - stdin is length-prefixed by the caller (`head -c N`), so EOF needs no protocol support;
-- output goes through FIFOs read by two `cat`s; once the command exits they get DRAIN seconds,
-  then are killed, so `cmd &` holding stdout open never hangs the exec.
+- output goes through FIFOs read by two `cat`s, which forward what the command wrote however
+  slowly the exec stream takes it. Once the command exits they are stopped when neither has moved
+  (their read and write counts in /proc) for DRAIN seconds while the command's process group
+  still has members (a `cmd &` that may hold stdout open, which must not hang the exec), or for
+  SETTLE seconds when it has none (only a child that left the group could still hold it; a
+  reader stalled that long is not waited for).
 
 The exit status is the shell's: 128+N for a command killed by signal N.
 """
@@ -24,11 +28,15 @@ from __future__ import annotations
 GATE_DIR = "/opt/pomona/gate"  # read-only in the sandbox: the static busybox
 RUN_DIR = "/opt/pomona/run"  # tmpfs: one pid file and two FIFOs per running exec
 BUSYBOX = f"{GATE_DIR}/busybox"
-DRAIN = "0.25"  # seconds a background child may keep the command's output open after it exits
+DRAIN = (
+    "0.25"  # seconds without progress after which output held open by a background child is left
+)
+SETTLE = "5"  # the same when the command's group is empty
 
 # $0 is the busybox path; then: exec id, uid to become ("": stay), cwd, stdin length ("-": none),
 # command argv
-EXEC = r"""B=$0 R=__RUN__ id=$1 uid=$2 cwd=$3 nin=$4
+EXEC = (
+    r"""B=$0 R=__RUN__ id=$1 uid=$2 cwd=$3 nin=$4
 shift 4
 f=$R/x/$id
 as=""; [ -z "$uid" ] || as="$B nsenter -F -S $uid -G $uid"
@@ -46,13 +54,19 @@ p=$!
 echo "$p" > "$f"
 wait "$p" 2>/dev/null
 c=$?
-( $B sleep __DRAIN__; kill "$o" "$e" ) </dev/null >/dev/null 2>&1 &
+( trap 'kill $! 2>/dev/null; exit' TERM
+  d=__SETTLE__; $as $B kill -0 -"$p" 2>/dev/null && d=__DRAIN__
+  l=; while n=$($B cat /proc/$o/io /proc/$e/io 2>/dev/null); [ "$n" != "$l" ]; do
+    l=$n; $B sleep $d & wait $!; done; kill "$o" "$e" ) </dev/null >/dev/null 2>&1 &
 w=$!
 wait "$o" "$e" 2>/dev/null
 kill "$w" 2>/dev/null
 $B rm -f "$f" "$f.o" "$f.e"
 exit "$c"
-""".replace("__RUN__", RUN_DIR).replace("__DRAIN__", DRAIN)
+""".replace("__RUN__", RUN_DIR)
+    .replace("__DRAIN__", DRAIN)
+    .replace("__SETTLE__", SETTLE)
+)
 
 # $0 busybox, $1 exec id, $2 signal, $3 the command's uid ("": ours): signal the exec's process group (the pid
 # itself if setsid had not run yet), as the command's own user (root holds no CAP_KILL). The
