@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pomona.orchestrator.types import ExecChunk, ExecResult
 
 
@@ -59,6 +61,17 @@ def test_background_process_does_not_hang_exec(sandbox):
     assert r.stdout == "spawned\n" and not r.timed_out
     r = sandbox.exec("sleep 30 & echo holds-stdout", timeout=20)
     assert r.stdout == "holds-stdout\n" and not r.timed_out
+
+
+def test_a_slow_consumer_gets_the_whole_output(sandbox):
+    # the command exits at once, its output queued; the consumer takes its time with each chunk
+    streamed = []
+    for item in sandbox.exec_stream("head -c 600000 /dev/zero | tr '\\0' x"):
+        if isinstance(item, ExecChunk):
+            streamed.append(item.data)
+            time.sleep(0.1)
+    assert isinstance(item, ExecResult) and item.exit_code == 0 and not item.truncated
+    assert "".join(streamed) == item.stdout == "x" * 600_000
 
 
 def test_output_flood_is_capped_and_flagged(sandbox):

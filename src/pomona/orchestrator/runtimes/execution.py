@@ -22,9 +22,12 @@ from typing import IO, Protocol
 
 from pomona.orchestrator.types import ExecChunk, ExecResult, StreamName
 
-# After the command exits, output still held open by its background children is read for this
-# long, then left behind: a `cmd &` must not turn into a hung exec.
+# After the command exits, what it wrote is read whole, however slowly the consumer takes it:
+# every chunk already queued, plus DRAIN_SLACK bytes for what is still in the pipes or sockets
+# on the way. Output beyond that can only come from background children holding it open: it is
+# read until none has come for DRAIN_GRACE seconds, then left, so a `cmd &` never hangs an exec.
 DRAIN_GRACE = 0.25
+DRAIN_SLACK = 4 * 1024 * 1024
 READ_SIZE = 65536
 QUEUE_LIMIT = 64  # chunks buffered between the pipes and a slow consumer
 
@@ -99,7 +102,7 @@ async def stream(
     command: Command, *, stdin: bytes | None, timeout: float | None, cap: int
 ) -> AsyncGenerator[ExecChunk | ExecResult, None]:
     """Stream a command's output with caps; on timeout kill its process group. After it exits,
-    output still held open by its background children is read for DRAIN_GRACE, then left."""
+    its output is drained as DRAIN_GRACE says, then left to its background children."""
     started = time.monotonic()
     collector = OutputCollector(cap)
     feeder = asyncio.create_task(command.feed_stdin(stdin)) if stdin is not None else None
@@ -107,6 +110,7 @@ async def stream(
     deadline = None if timeout is None else started + timeout
     timed_out, ended = False, False
     drain_until: float | None = None
+    owed_chunks = owed_bytes = 0
     getter: asyncio.Future | None = None
     try:
         while not (ended and exited.done()):
@@ -117,6 +121,7 @@ async def stream(
                 drain_until = now + DRAIN_GRACE + 1.0
             if exited.done() and drain_until is None:
                 drain_until = now + DRAIN_GRACE
+                owed_chunks, owed_bytes = command.queue.qsize() + 1, DRAIN_SLACK
             if (
                 drain_until is not None
                 and now >= drain_until
@@ -138,6 +143,15 @@ async def stream(
                 getter = None
                 if data is None:
                     ended = True
+                elif exited.done() and (owed_chunks > 0 or owed_bytes > 0):
+                    # written before the exit, or still on its way: the grace starts anew
+                    if owed_chunks > 0:
+                        owed_chunks -= 1
+                    else:
+                        owed_bytes -= len(data)
+                    if chunk := collector.feed(name, data):
+                        yield chunk
+                    drain_until = time.monotonic() + DRAIN_GRACE
                 elif chunk := collector.feed(name, data):
                     yield chunk
     finally:
