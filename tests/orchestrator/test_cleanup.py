@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -57,6 +58,38 @@ def test_gc_releases_what_a_killed_owner_left(capsys):
     )
     assert pomona(["gc", "--state-dir", state]) == 0
     assert "released" in capsys.readouterr().out
+    assert leftovers([state]) == []
+
+
+CUT_OFF = textwrap.dedent("""
+    import os, signal, subprocess, sys
+    from pomona import SandboxClient
+    from pomona.orchestrator.runtimes import local
+
+    class Dies(subprocess.Popen):
+        # dies as bubblewrap starts, before it reports: bubblewrap's report then hits a closed
+        # pipe, and the sandbox's pid 1 waits for a go-ahead that never comes
+        def __init__(self, args, **kwargs):
+            if args[0] != "bwrap":
+                return super().__init__(args, **kwargs)
+            super().__init__(["sh", "-c", 'sleep 1; exec "$@"', "sh", *args], **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    local.subprocess.Popen = Dies
+    SandboxClient("local", state_dir=sys.argv[1]).create_sandbox("host")
+""")
+
+
+def test_a_create_cut_off_mid_spawn_is_released_when_the_state_is_reopened():
+    state = tempfile.mkdtemp(prefix="cleanup-spawn-")
+    cut = subprocess.run([sys.executable, "-c", CUT_OFF, state], capture_output=True, text=True)
+    assert cut.returncode == -9, cut.stderr
+    poll = iter(range(600))
+    while not (stranded := [i for i in leftovers([state]) if "bwrap" in i]) and next(poll) < 599:
+        time.sleep(0.1)
+    with SandboxClient("local", state_dir=state) as client:  # recovers the half-made sandbox
+        assert client.list_sandboxes() == []
+    assert stranded  # pid 1 of the sandbox-to-be, in no cgroup, named by nothing but its command
     assert leftovers([state]) == []
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from pomona.orchestrator.runtime import Pty
 from pomona.orchestrator.runtimes.memory import Command, MemoryRuntime
+from pomona.orchestrator.sdk import client as client_module
 from pomona.orchestrator.sdk.client import (
     AsyncSandbox,
     AsyncSandboxClient,
@@ -131,16 +132,24 @@ def client(hang: Hang) -> Iterator[SandboxClient]:
 
 @contextlib.contextmanager
 def interrupted(when: threading.Event, error: Callable[[], BaseException]) -> Iterator[None]:
-    """Once `when` is set, raise `error()` in the main thread (where the test waits) from a
-    SIGINT handler, as Ctrl-C or a signal-driven deadline would. The signal is sent again until
-    the handler has run (a signal can be lost to a thread that was not waiting for it); later
-    ones are ignored, and no sending thread outlives the block."""
+    """Once `when` is set, raise `error()` in the main thread from a SIGINT handler while the
+    sync SDK waits there, as Ctrl-C or a signal-driven deadline would. The signal is sent again
+    until the handler has raised: a signal can be lost to a thread that was not waiting for it,
+    and one handled elsewhere (in asyncio's wake-up write, whose `except OSError` swallows a
+    TimeoutError; in a finalizer) is declined and comes again. Later ones are ignored, and no
+    sending thread outlives the block."""
     main = threading.main_thread().ident
     assert main is not None and threading.current_thread() is threading.main_thread()
     received, done = threading.Event(), threading.Event()
 
-    def handler(signum: int, frame: object) -> None:
-        if not received.is_set():
+    def waiting(frame: types.FrameType | None) -> bool:
+        """The main thread is blocked in the portal's wait (threading's frames on top of it)."""
+        while frame is not None and frame.f_code.co_filename == threading.__file__:
+            frame = frame.f_back
+        return frame is not None and frame.f_code is client_module._wait.__code__
+
+    def handler(signum: int, frame: types.FrameType | None) -> None:
+        if not received.is_set() and waiting(frame):
             received.set()
             raise error()
 

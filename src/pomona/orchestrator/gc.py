@@ -23,18 +23,12 @@ from pathlib import Path
 
 from pomona.orchestrator.linux.cgroups import ROOT as CGROUP_ROOT
 from pomona.orchestrator.linux.statedirs import registered
-from pomona.orchestrator.linux.syscalls import alive, unmount, wait_loops_released
-
-
-def _processes_naming(root: Path) -> list[int]:
-    """Processes whose command line names the state dir: sandbox inits (bwrap --bind ...)."""
-    needle = os.fsencode(str(root)) + b"/"
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if int(pid) != os.getpid() and needle in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-    return found
+from pomona.orchestrator.linux.syscalls import (
+    alive,
+    processes_naming,
+    unmount,
+    wait_loops_released,
+)
 
 
 def _cgroup_dirs(root: Path) -> list[Path]:
@@ -106,7 +100,7 @@ def _containers(root: Path) -> list[str]:
 def _everything(root: Path) -> list[str]:
     """Nobody uses the state dir: release all of it."""
     released = _kill_cgroups(_cgroup_dirs(root))
-    for pid in _processes_naming(root):
+    for pid in processes_naming(root):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             released.append(f"process {pid}")

@@ -112,6 +112,18 @@ def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644) -> int:
     return _check(fd, f"open {path!r}")
 
 
+def processes_naming(directory: Path) -> list[int]:
+    """Processes whose command line names something under `directory`: a sandbox's bubblewrap
+    (`--bind DIR/rootfs /`) before it has exec'd the init and joined the sandbox's cgroup."""
+    needle = os.fsencode(str(directory)) + b"/"
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if int(pid) != os.getpid() and needle in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+    return found
+
+
 def start_time(pid: int) -> int:
     """A process's start time in clock ticks: with the pid, it names one process for sure."""
     try:

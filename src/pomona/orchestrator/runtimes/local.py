@@ -49,6 +49,7 @@ from pomona.orchestrator.linux.syscalls import (
     exited,
     mount_overlay,
     open_in_root,
+    processes_naming,
     start_time,
     unmount,
     wait_loops_released,
@@ -689,6 +690,11 @@ class LocalRuntime:
             with contextlib.suppress(Exception):
                 process.kill()
                 process.wait(5)
+        # a bubblewrap whose creator died before reading its report is stranded before the init
+        # runs, in no cgroup, holding a copy of the host's mounts (loop devices stay): by name
+        for pid in processes_naming(directory):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         staged = sorted(directory.glob("mounts/*"))
         for mount in (directory / "rootfs", *staged, directory / "disk"):
             if os.path.ismount(mount):
