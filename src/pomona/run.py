@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks import leaderboard, metrics, registry, swebench
+from pomona.benchmarks.task import Task
 from pomona.harnesses.proxy_link import ProxyLink
 
 DEFAULT_HARNESS = "pi"  # the natural harness of the non-browser benchmarks
@@ -68,6 +70,27 @@ def client_runtime(runtime: str) -> str | None:
         os.environ["POMONA_URL"] = runtime
         return None
     return runtime
+
+
+def in_image(tasks: list[Task], image: str | None, runtime: str) -> list[Task]:
+    """The tasks with `image` for those that name none of their own (image "host"). Only the
+    local runtime has a host filesystem to give: elsewhere such tasks need an image, said before
+    any sandbox starts rather than once per episode."""
+    if image:
+        return [
+            dataclasses.replace(t, environment=dataclasses.replace(t.environment, image=image))
+            if t.environment.image == "host"
+            else t
+            for t in tasks
+        ]
+    hosted = [t.id for t in tasks if t.environment.image == "host"]
+    if hosted and runtime in ("docker", "podman", "kubernetes"):
+        raise ValueError(
+            f"{len(hosted)} task(s) ({', '.join(hosted[:3])}{', ...' if len(hosted) > 3 else ''})"
+            f" run in the host's filesystem, which only the local runtime has; give --image REF"
+            f" (an OCI image with /bin/sh) to run them on {runtime}"
+        )
+    return tasks
 
 
 def row_of(record: Any, model: str) -> dict[str, Any]:
@@ -120,10 +143,13 @@ def run_benchmark(
     progress: bool = True,
     judge: str | None = None,
     judge_prompts: str | None = None,
+    image: str | None = None,
 ) -> RunResult:
     """Run `k` attempts of `harness` (default: the benchmark's natural one) with `model` on every
     task of `benchmark`. `timeout` is the agent's budget for tasks that set none of their own
-    (task.toml, an instance field). `judge` names a model for the browser benchmarks' LLM judges."""
+    (task.toml, an instance field). `judge` names a model for the browser benchmarks' LLM judges.
+    `image` is where tasks that name no image of their own run (on `local`, the host's
+    filesystem; the container runtimes have none)."""
     harness = harness or registry.natural_harness(benchmark)
     from pomona.gym.proxies import shared_proxy
     from pomona.gym.rollouts import Progress, rollout
@@ -137,6 +163,8 @@ def run_benchmark(
         tasks = [t for t in tasks if t.id in task_ids]
         if not tasks:
             raise KeyError(f"none of {task_ids} is in {benchmark}")
+    if benchmark not in registry.BROWSER:  # browser episodes bring their own browser image
+        tasks = in_image(tasks, image, runtime)
     link = RunLink(
         ProxyLink.of(shared_proxy(trajectories, models)), {"model": model, "runtime": runtime}
     )
@@ -264,6 +292,11 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
         "--judge-prompts",
         help="a directory of judge prompt files replacing Pomona's wording (see docs/browser.md)",
     )
+    p.add_argument(
+        "--image",
+        help="an OCI image for tasks that name none of their own (on local they run in the "
+        "host's filesystem; docker, podman and kubernetes need one)",
+    )
     p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
     p.add_argument("--html", type=Path, help="also write the leaderboard as an HTML page")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON too")
@@ -287,6 +320,7 @@ def _run(args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             judge=args.judge,
             judge_prompts=args.judge_prompts,
+            image=args.image,
         )
     except (KeyError, ValueError) as e:  # bad input (names, combinations): said, not a traceback
         print(f"pomona run: {e.args[0] if e.args else e}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -86,3 +87,12 @@ def test_partial_rewards_average_per_task() -> None:
         [row("t1", False, reward=0.5), row("t1", True, reward=1.0), row("t2", False, reward=0.0)]
     )
     assert s.mean_reward == pytest.approx((0.75 + 0.0) / 2)
+
+
+def test_a_judge_or_simulated_user_episode_is_not_an_attempt() -> None:
+    """As the store holds them: metadata as JSON text, no reward, the run's model column."""
+    judge = {**row("t1", None), "reward": None, "metadata": json.dumps({"role": "judge"})}
+    user = {**row("t1", None), "reward": None, "metadata": {"role": "simulated-user"}}
+    (s,) = metrics.summarize([{**row("t1", True), "metadata": "{}"}, judge, user])
+    assert (s.trials, s.resolved, s.failures) == (1, 1, {})
+    assert metrics.summarize([judge, user]) == []

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pomona.benchmarks import metrics
 from pomona.benchmarks.claw import claw_eval, qwenclawbench, runtime
 from pomona.gym.episode import read_calls, run_episode
 from pomona.gym.rollouts import rollout
@@ -126,6 +127,12 @@ def test_the_judge_and_the_simulated_user_are_models_behind_the_proxy(oracle_run
     assert persona, "the simulated user's calls were recorded"
     assert all(c["episode"] != dentist.episode for c in persona)  # in an episode of its own
     assert read_calls(link, dentist.episode)
+    # the judge's episodes are recorded, and are nobody's attempt on a leaderboard
+    rows = trajectories.read(link.trajectories, "episodes").to_pylist()
+    helpers = [r for r in rows if json.loads(r["metadata"] or "{}").get("role")]
+    assert "judge" in {json.loads(r["metadata"])["role"] for r in helpers}
+    counted = sum(s.trials + s.infra_failures for s in metrics.summarize(rows))
+    assert counted == len(rows) - len(helpers)
 
 
 class ServiceKilled(claw_eval.ClawEvalTask):

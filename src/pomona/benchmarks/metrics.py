@@ -9,11 +9,14 @@ outage never reads as a weak model. Rates are macro means over tasks (reference 
     pass@k        1 - C(n-c, k) / C(n, k)   (Chen et al. 2021; 1 when n - c < k)
     pass^k        C(c, k) / C(n, k)         (all k of k sampled trials pass)
 
-pass@k and pass^k are reported only when every task has at least k trials that ran.
+pass@k and pass^k are reported only when every task has at least k trials that ran. Episodes
+made on an attempt's behalf (a judge, a simulated user: their metadata names a `role`) are not
+attempts and count nowhere.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -96,10 +99,22 @@ def summarize_group(
     )
 
 
+def is_attempt(row: Mapping[str, Any]) -> bool:
+    """Whether an episode is an agent's attempt at a task, not a model's work on one's behalf
+    (metadata as stored, a JSON text, or as a mapping)."""
+    metadata = row.get("metadata") or {}
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return True
+    return not (isinstance(metadata, Mapping) and metadata.get("role"))
+
+
 def summarize(rows: Iterable[Mapping[str, Any]], ks: Iterable[int] = (1,)) -> list[Summary]:
     """One Summary per (benchmark, harness, model), in key order."""
     groups: dict[Key, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
+    for row in filter(is_attempt, rows):
         groups[
             (row.get("benchmark") or "?", row.get("harness") or "?", row.get("model") or "?")
         ].append(row)

@@ -1,0 +1,63 @@
+"""Claw tasks on the docker runtime, through `pomona run` as a user would start them: tasks that
+name no image of their own run in the image given with --image (the services on the payload's
+CPython, in an image that has none of its own), and without one the run says so before any
+sandbox starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pomona.cli import main
+from tests.conftest import docker_available
+
+# the judged task (safety checks, a scripted judge) and the multi-turn one (a simulated user
+# reached through the gateway)
+TASKS = ["claw-eval-local/mail_confirm_budget_review", "claw-eval-local/calendar_dentist_ask_first"]
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
+
+
+def _run(runs: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--benchmark",
+        "claw-eval-local",
+        "--harness",
+        "claw-eval",
+        "--model",
+        "oracle",
+        "--runtime",
+        "docker",
+        "--trajectories",
+        str(runs),
+        "--tasks",
+        *TASKS,
+        *extra,
+    ]
+
+
+@pytest.fixture
+def image(need: Any) -> str:
+    if not docker_available():
+        pytest.skip("the Docker engine is not running")
+    from tests.images import debian_image
+
+    return debian_image()
+
+
+def test_claw_tasks_run_on_docker_in_the_given_image(image: str, tmp_path: Path, capsys):
+    code = main(_run(tmp_path / "runs", "--image", image))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count(" 1/1 ") == len(TASKS)
+
+
+def test_without_an_image_the_run_says_what_to_give(image: str, tmp_path: Path, capsys):
+    code = main(_run(tmp_path / "runs"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "only the local runtime has" in err and "--image" in err
+    assert not (tmp_path / "runs").exists()  # refused before anything started or was recorded
