@@ -98,6 +98,28 @@ def test_pages_and_filters_of_a_run(tmp_path: Path, serve: Any) -> None:
     assert set(summary["pass_at"]) == {"1", "2"} and summary["failures"] == {"sandbox": 24}
 
 
+def test_a_judges_episodes_are_shown_as_such_and_counted_as_no_attempt(
+    tmp_path: Path, serve: Any
+) -> None:
+    judge = {"metadata": json.dumps({"role": "judge", "of": "e0"}), "reward": None,
+             "resolved": None, "harness": None}  # fmt: skip
+    with TrajectoryWriter(tmp_path, "episodes") as w:
+        w.write(episode_row("e0", "t0", 0, status="pass"))
+        w.write(episode_row("e1", "t0", 1, status="fail"))
+        w.write(episode_row("j0", "t0", 0, **judge))
+        w.write(episode_row("j1", None, 0, **judge))  # Claw-Eval's judge names no task
+    api = serve(tmp_path)
+    (run,) = api.get("/api/runs").json()["runs"]
+    assert (run["episodes"], run["tasks"], run["unscored"], run["helpers"]) == (2, 1, 0, 2)
+    assert run["resolve_rate"] == 0.5
+    (summary,) = api.get("/api/run", params={"run": "r1"}).json()["summaries"]
+    assert (summary["trials"], summary["failures"]) == (2, {})
+    (row,) = api.get("/api/leaderboard").json()["rows"]
+    assert row["harness"] == "pi" and row["trials"] == 2
+    judged = api.get("/api/episodes", params={"status": "judge"}).json()
+    assert sorted(e["episode"] for e in judged["episodes"]) == ["j0", "j1"]
+
+
 def test_rows_written_while_the_viewer_runs_appear(tmp_path: Path, serve: Any) -> None:
     calls = TrajectoryWriter(tmp_path, "calls")
     calls.write(call_row("live", 0))

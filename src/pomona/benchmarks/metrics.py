@@ -99,16 +99,24 @@ def summarize_group(
     )
 
 
-def is_attempt(row: Mapping[str, Any]) -> bool:
-    """Whether an episode is an agent's attempt at a task, not a model's work on one's behalf
-    (metadata as stored, a JSON text, or as a mapping)."""
+def role(row: Mapping[str, Any]) -> str | None:
+    """What a model did on an attempt's behalf in this episode ("judge", "simulated-user"), or
+    None for an attempt itself. From a `role` column where a reader derived one, else from the
+    metadata (as stored, a JSON text, or a mapping)."""
+    if row.get("role"):
+        return str(row["role"])
     metadata = row.get("metadata") or {}
     if isinstance(metadata, str):
         try:
             metadata = json.loads(metadata)
         except ValueError:
-            return True
-    return not (isinstance(metadata, Mapping) and metadata.get("role"))
+            return None
+    value = metadata.get("role") if isinstance(metadata, Mapping) else None
+    return str(value) if value else None
+
+
+def is_attempt(row: Mapping[str, Any]) -> bool:
+    return role(row) is None
 
 
 def summarize(rows: Iterable[Mapping[str, Any]], ks: Iterable[int] = (1,)) -> list[Summary]:

@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pomona.benchmarks import metrics
 from pomona.trajectories.schema import CALLS, EPISODES
 from pomona.trajectories.writer import SUFFIX
 
@@ -309,12 +310,16 @@ class StoreIndex:
         return value
 
     def episode_rows(self) -> pa.Table:
-        """The episodes, with `attempt` (from the metadata JSON) as a column of its own."""
+        """The episodes, with `attempt` and `role` (from the metadata JSON) as columns."""
 
         def compute() -> pa.Table:
             data = self.episodes.data()
-            attempts = [_attempt(m) for m in data["metadata"].to_pylist()]
-            return data.append_column("attempt", pa.array(attempts, pa.int64()))
+            metadata = data["metadata"].to_pylist()
+            data = data.append_column(
+                "attempt", pa.array([_attempt(m) for m in metadata], pa.int64())
+            )
+            roles = [metrics.role({"metadata": m}) for m in metadata]
+            return data.append_column("role", pa.array(roles, pa.string()))
 
         return self.cached("episode_rows", compute)
 

@@ -26,19 +26,21 @@ LIVE_WINDOW_S = 120
 (or episodes of that writer are in flight): a store records no explicit end of run."""
 
 SUMMARY_COLUMNS = ("run", "benchmark", "task", "harness", "model", "reward", "resolved",
-                   "failure_kind")  # fmt: skip
+                   "failure_kind", "role")  # fmt: skip
 
 
 def _status_column(table: pa.Table) -> pa.Array:
     """An episode's outcome on the pages: `pass` (resolved), `fail` (ran, not resolved), `infra`
-    (an infrastructure failure: no trustworthy reward) or `unscored` (ran, no reward)."""
+    (an infrastructure failure: no trustworthy reward) or `unscored` (ran, no reward); for a
+    model's work on an attempt's behalf, its role (`judge`, `simulated-user`)."""
     kind = pc.fill_null(table["failure_kind"], "none")
     infra = pc.not_equal(kind, "none")
     unscored = pc.is_null(table["reward"])
     resolved = pc.fill_null(table["resolved"], False)
-    return pc.if_else(
+    outcome = pc.if_else(
         infra, "infra", pc.if_else(unscored, "unscored", pc.if_else(resolved, "pass", "fail"))
     )
+    return pc.coalesce(table["role"], outcome)
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def _opened_run(run: str, flying: list[dict[str, Any]]) -> dict[str, Any]:
         "run": run,
         **{k: _joined([e[k] for e in flying]) for k in ("benchmark", "harness", "model")},
         "episodes": 0, "tasks": 0, "passed": 0, "failed": 0, "infra": 0, "unscored": 0,
-        "failures": {}, "resolve_rate": None, "calls": 0,
+        "failures": {}, "resolve_rate": None, "helpers": 0, "calls": 0,
         "started_at": min(e["started_at"] or "" for e in flying) or None, "last_at": None,
     }  # fmt: skip
 
@@ -197,14 +199,17 @@ def _run_summaries(index: StoreIndex) -> list[dict[str, Any]]:
     return index.cached("runs", compute)
 
 
-def _run_summary(run: str, group: list[dict[str, Any]]) -> dict[str, Any]:
+def _run_summary(run: str, everything: list[dict[str, Any]]) -> dict[str, Any]:
+    group = [r for r in everything if r["role"] is None]  # attempts: judges are not counted
     summaries = metrics.summarize(group)
     trials = sum(s.trials for s in summaries)
     rate = sum((s.resolve_rate or 0.0) * s.trials for s in summaries) / trials if trials else None
     statuses = Counter(r["status"] for r in group)
     failures = Counter(r["failure_kind"] for r in group if r["status"] == "infra")
-    last = max((r["ended_at"] for r in group if r["ended_at"] is not None), default=None)
-    started = min((r["started_at"] for r in group if r["started_at"] is not None), default=None)
+    last = max((r["ended_at"] for r in everything if r["ended_at"] is not None), default=None)
+    started = min(
+        (r["started_at"] for r in everything if r["started_at"] is not None), default=None
+    )
     return {
         "run": run,
         "benchmark": _joined([r["benchmark"] for r in group]),
@@ -218,7 +223,8 @@ def _run_summary(run: str, group: list[dict[str, Any]]) -> dict[str, Any]:
         "unscored": statuses["unscored"],
         "failures": dict(failures),
         "resolve_rate": rate,
-        "calls": sum(r["num_calls"] or 0 for r in group),
+        "helpers": len(everything) - len(group),
+        "calls": sum(r["num_calls"] or 0 for r in everything),
         "started_at": jsonable(started),
         "last_at": jsonable(last),
         "_files": sorted({r["_file"] for r in group}),
@@ -232,7 +238,7 @@ def run_detail(index: StoreIndex, run: str) -> dict[str, Any] | None:
     if found is None:
         return None
     data = _of_run(index, run)
-    group = data.select(list(SUMMARY_COLUMNS)).to_pylist()
+    group = [r for r in data.select(list(SUMMARY_COLUMNS)).to_pylist() if r["role"] is None]
     most = max(Counter((r["task"], r["harness"], r["model"]) for r in group).values(), default=1)
     summaries = [_summary_dict(s) for s in metrics.summarize(group, range(1, most + 1))]
     return {**found, "summaries": summaries, "failure_kinds": sorted(found["failures"]),
@@ -318,6 +324,7 @@ def _summary_dict(s: metrics.Summary) -> dict[str, Any]:
 def _summaries(index: StoreIndex) -> list[metrics.Summary]:
     def compute() -> list[metrics.Summary]:
         rows = episodes_table(index).select(list(SUMMARY_COLUMNS)).to_pylist()
+        rows = [r for r in rows if r["role"] is None]
         counts = Counter((r["benchmark"], r["harness"], r["model"], r["task"]) for r in rows)
         most = max(counts.values(), default=1)
         return board.rank(metrics.summarize(rows, range(1, most + 1)))

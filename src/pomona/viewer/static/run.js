@@ -21,7 +21,7 @@ function header(detail) {
     el("td", { class: "num" }, s.infra_failures)));
   return [
     el("p", {}, detail.live ? el("span", { class: "badge live" }, "running") : "finished",
-      ` · ${detail.episodes} episodes on ${detail.tasks} tasks${detail.in_flight ? `, ${detail.in_flight} in flight` : ""} · ${detail.passed} passed, ${detail.failed} failed, ${detail.infra} infra failures · started ${when(detail.started_at)}, last episode ${when(detail.last_at)}`),
+      ` · ${detail.episodes} episodes on ${detail.tasks} tasks${detail.in_flight ? `, ${detail.in_flight} in flight` : ""} · ${detail.passed} passed, ${detail.failed} failed, ${detail.infra} infra failures${detail.helpers ? ` · ${detail.helpers} judge or simulated-user episodes (not attempts)` : ""} · started ${when(detail.started_at)}, last episode ${when(detail.last_at)}`),
     el("table", {}, el("caption", { class: "muted" }, "Per benchmark, harness and model"),
       el("thead", {}, el("tr", {}, ["benchmark", "harness", "model", "tasks", "trials", "resolve rate", "mean reward", "pass@k / pass^k", "infra failures"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, rows)),
@@ -42,7 +42,7 @@ function filters(detail) {
   return el("form", { class: "filters", role: "search", "aria-label": "Filter attempts", onsubmit: (e) => {
     e.preventDefault(); state.task = search.value; state.offset = 0; load();
   } },
-    select("status", "Outcome", [["", "any"], ["pass", "pass"], ["fail", "fail"], ["infra", "infra failure"], ["unscored", "unscored"]]),
+    select("status", "Outcome", [["", "any"], ["pass", "pass"], ["fail", "fail"], ["infra", "infra failure"], ["unscored", "unscored"], ["judge", "judge"], ["simulated-user", "simulated user"]]),
     select("failure_kind", "Failure kind", [["", "any"], ...detail.failure_kinds.map((k) => [k, k])]),
     el("label", {}, "Task", search),
     el("button", { type: "submit" }, "Filter"));
