@@ -690,11 +690,13 @@ class LocalRuntime:
             with contextlib.suppress(Exception):
                 process.kill()
                 process.wait(5)
-        # a bubblewrap whose creator died before reading its report is stranded before the init
-        # runs, in no cgroup, holding a copy of the host's mounts (loop devices stay): by name
-        for pid in processes_naming(directory):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        if live is None or live.record.status != "ready":
+            # a bubblewrap whose creator died (or failed) before it let the init run is stranded,
+            # in no cgroup, holding a copy of the host's mounts (loop devices stay): by its name.
+            # A ready sandbox's init was confirmed: killing it ended everything of it.
+            for pid in processes_naming(directory):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         staged = sorted(directory.glob("mounts/*"))
         for mount in (directory / "rootfs", *staged, directory / "disk"):
             if os.path.ismount(mount):
