@@ -23,7 +23,9 @@ from pomona.browser_env.actions import Action
 from pomona.browser_env.errors import ActionError, NavigationFailed
 from pomona.browser_env.session import BrowserSession, Observation
 
-SERVER_NAME = "browser"  # the MCP server's name: Claude Code shows mcp__browser__browser_click
+SERVER_NAME = "webpage"
+"""The MCP server's name (Claude Code shows mcp__webpage__browser_click). Not `browser`: Hermes
+offers none of a server's tools when its name is one of Hermes' own toolsets."""
 
 _INDEX = {"type": "integer", "minimum": 0, "description": "the element's number on the page"}
 _NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}}

@@ -38,7 +38,15 @@ class OpenCode(Harness):
                     "npm": _SDK[ctx.dialect],
                     "name": "Proxy",
                     "options": {"baseURL": ctx.base_url, "apiKey": API_KEY},
-                    "models": {ctx.model: {"name": ctx.model}},
+                    # images in (a browser tool's screenshot) as Claude Code and Codex send
+                    # them: a custom provider's model is text-only unless it says otherwise
+                    "models": {
+                        ctx.model: {
+                            "name": ctx.model,
+                            "attachment": True,
+                            "modalities": {"input": ["text", "image"], "output": ["text"]},
+                        }
+                    },
                 }
             },
             "model": f"proxy/{ctx.model}",

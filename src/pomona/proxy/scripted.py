@@ -106,16 +106,21 @@ _DEFERRED_GATEWAY = "tool_call"  # OpenClaw's Tool Search: tool_call {"id": name
 
 
 def find_tool(tools: Sequence[Tool], name: str, server: str = "") -> Tool | None:
-    """The offered tool NAME, or the one tool a harness named NAME under a namespace (the MCP
-    server's name in it, when given)."""
-    exact = next((t for t in tools if t.name == name), None)
-    if exact is not None:
-        return exact
+    """The one tool a harness named NAME under a namespace with the MCP server's name in it,
+    when a server is given (a harness's own tool of the same name, such as Hermes'
+    `browser_type`, is not it); else the offered tool NAME; else the one namespaced NAME."""
     found = [
         t
         for t in tools
-        if any(t.name.endswith(s + name) for s in _NAMESPACE_SEPARATORS) and server in t.name
+        if t.name != name
+        and any(t.name.endswith(s + name) for s in _NAMESPACE_SEPARATORS)
+        and server in t.name
     ]
+    if server and len(found) == 1:
+        return found[0]
+    exact = next((t for t in tools if t.name == name), None)
+    if exact is not None:
+        return exact
     return found[0] if len(found) == 1 else None
 
 
