@@ -239,3 +239,16 @@ def test_parallel_calls_through_the_sdk(proxy):
         "echo b",
     ]
     assert len({c.id for c in msg.tool_calls}) == 2
+
+
+def test_a_named_servers_tool_comes_before_a_harness_own_tool_of_that_name():
+    """Hermes offers its own `browser_type` beside the MCP server's: the step names the server."""
+    offered = [Tool("browser_type"), Tool("mcp__webpage__browser_type"), Tool("terminal")]
+    assert (
+        scripted.find_tool(offered, "browser_type", "webpage").name == "mcp__webpage__browser_type"
+    )
+    assert (
+        scripted.find_tool(offered, "browser_type").name == "browser_type"
+    )  # no server: the tool itself
+    plain = [Tool("browser_type"), Tool("terminal")]  # a harness that names MCP tools bare (Kimi)
+    assert scripted.find_tool(plain, "browser_type", "webpage").name == "browser_type"
