@@ -222,3 +222,40 @@ def test_a_sync_call_from_the_portal_thread_is_refused(client):
 
     with pytest.raises(RuntimeError, match="own event loop thread"):
         client._portal.call(inside())
+
+
+class WakeUpSocket:
+    """The portal loop's wake-up socket, raising the caller's deadline as it is written to: where
+    asyncio's `except OSError` around that write would swallow a TimeoutError."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.armed = real, True
+
+    def send(self, data: bytes) -> int:
+        if self.armed and threading.current_thread() is threading.main_thread():
+            self.armed = False
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+            sum(range(1000))  # bytecode, where a signal not held would be handled
+        return self.real.send(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_a_deadline_that_fires_while_the_call_is_handed_over_is_not_lost(client):
+    sb = client.create_sandbox()
+
+    def deadline(signum: int, frame: object) -> None:
+        raise TimeoutError("the caller's own deadline")
+
+    loop = client._portal.loop
+    real = loop._csock
+    previous = signal.signal(signal.SIGALRM, deadline)
+    loop._csock = WakeUpSocket(real)
+    try:
+        with pytest.raises(TimeoutError, match="own deadline"):
+            sb.exec("echo hi")
+    finally:
+        loop._csock = real
+        signal.signal(signal.SIGALRM, previous)
+    assert sb.exec("echo still usable").stdout == "still usable\n"

@@ -14,6 +14,7 @@ import functools
 import inspect
 import logging
 import os
+import signal
 import sys
 import threading
 import typing
@@ -381,13 +382,26 @@ class _Portal:
                 finished.set()
 
         try:
-            self.loop.call_soon_threadsafe(start)
+            self._submit(start)
             _wait(finished)
         except BaseException:
-            self.loop.call_soon_threadsafe(cancel)
+            self._submit(cancel)
             _wait(finished)
             raise
         return tasks[0].result()
+
+    def _submit(self, callback: Callable[[], None]) -> None:
+        """call_soon_threadsafe with the main thread's signals held: a handler raising an OSError
+        (a deadline's TimeoutError is one) inside asyncio's wake-up write would be swallowed by
+        its `except OSError`; held, it runs just after, where the caller's wait handles it."""
+        if threading.current_thread() is not threading.main_thread():
+            self.loop.call_soon_threadsafe(callback)  # Python runs signal handlers there only
+            return
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            self.loop.call_soon_threadsafe(callback)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
         """The stream's items as they come; leaving the loop early closes it (an exec stream
