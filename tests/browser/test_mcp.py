@@ -168,6 +168,7 @@ def test_a_harness_browses_a_local_task(
     assert any("browser_type" in (c["response"] or "") for c in mine)  # the model's tool call
     if harness == "hermes":  # keeps images as files and gives the model their paths
         assert any("MEDIA:" in (c["request"] or "") for c in mine)
+        assert not any('"browser_navigate"' in (c["request"] or "") for c in mine)  # its own
     else:
         assert any(PNG in (c["request"] or "") for c in mine)  # and the screenshot it got back
     rows = trajectories.read(tmp_path / "runs", "episodes").to_pylist()

@@ -52,6 +52,9 @@ class Hermes(Harness):
             if ctx.dialect == "anthropic":
                 model.update(base_url=ctx.anthropic_base_url, api_mode="anthropic_messages")
             config = {"model": model}
+        # its own browser needs a browser install of Hermes' (agent-browser or a cloud one) that no
+        # sandbox has: offered, its tools only time out; a task's browser comes over MCP
+        config["agent"] = {"disabled_toolsets": ["browser"]}
         if ctx.mcp:
             config["mcp_servers"] = hermes_servers(ctx.mcp)
         home = f"{ctx.run_dir}/hermes-home"

@@ -13,7 +13,7 @@ all of these):
 
     claude-code  mcp__SERVER__TOOL      codex     mcp__SERVER__TOOL     opencode  SERVER_TOOL
     openclaw     SERVER__TOOL, behind its Tool Search (tool_search / tool_call)
-    hermes       mcp_SERVER_TOOL        kimi      TOOL
+    hermes       mcp__SERVER__TOOL      kimi      TOOL
 """
 
 from __future__ import annotations
