@@ -120,6 +120,12 @@ def test_filters_and_unreadable_input(recorded, tmp_path):
         proxy.close_episode(ep["key"], failure_kind="sandbox", failure_message="lost")
     assert load(runs) == [] and len(load(runs, Filters(include_failed=True))) == 1
     assert json.loads(trajectories.read(runs, "episodes").to_pylist()[0]["metadata"]) == {}
+    # nor is a judge's conversation the policy's, scored or not
+    with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
+        judge = proxy.open_episode(model="scripted", metadata={"task": "x", "role": "judge"})
+        proxy.close_episode(judge["key"], reward=1.0, resolved=True)
+    assert load(runs) == [] and len(load(runs, Filters(include_failed=True))) == 1
+    assert len(load(runs, Filters(include_failed=True, include_helpers=True))) == 2
 
 
 @pytest.fixture(scope="module")

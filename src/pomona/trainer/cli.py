@@ -92,7 +92,7 @@ def corpus(runs: list[str]) -> list[str]:
     from pomona.trainer.episodes import Filters, load
 
     texts = []
-    for ep in load(runs, Filters(include_failed=True)):
+    for ep in load(runs, Filters(include_failed=True, include_helpers=True)):
         messages, tools = ep.conversation()
         texts += [m.get("content") or "" for m in messages] + [json.dumps(t) for t in tools]
         texts += [c["function"]["arguments"] for m in messages for c in m.get("tool_calls") or []]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pomona import trajectories
+from pomona.benchmarks import metrics
 from pomona.proxy import sse
 from pomona.proxy.dialects import DIALECTS
 from pomona.proxy.local_model import from_neutral, template_messages, template_tools
@@ -172,10 +173,13 @@ class Filters:
     model: Sequence[str] | None = None
     task: Sequence[str] | None = None
     include_failed: bool = False  # also episodes with an infra failure or no reward
+    include_helpers: bool = False  # also a judge's or simulated user's episodes (not the policy's)
 
     def accept(self, row: dict[str, Any]) -> bool:
         scored = row.get("failure_kind") in (None, "none") and row.get("reward") is not None
         if not scored and not self.include_failed:
+            return False
+        if not self.include_helpers and not metrics.is_attempt(row):
             return False
         reward = row.get("reward")
         checks = [
