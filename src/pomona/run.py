@@ -163,7 +163,13 @@ def run_benchmark(
         tasks = [t for t in tasks if t.id in task_ids]
         if not tasks:
             raise KeyError(f"none of {task_ids} is in {benchmark}")
-    if benchmark not in registry.BROWSER:  # browser episodes bring their own browser image
+    if benchmark in registry.BROWSER:
+        if image:
+            raise ValueError(
+                f"--image does not apply to {benchmark}: its episodes run in the browser's own "
+                "image (`pomona browser image` on docker)"
+            )
+    else:
         tasks = in_image(tasks, image, runtime)
     link = RunLink(
         ProxyLink.of(shared_proxy(trajectories, models)), {"model": model, "runtime": runtime}
