@@ -147,3 +147,10 @@ def test_a_run_nothing_could_score_says_why_and_writes_no_predictions(
     assert code == 2
     assert "pytoolz__toolz-1 [" in out and "not scored" in out
     assert not list((runs / "swebench").glob("*.predictions.jsonl"))
+
+
+def test_image_is_refused_where_it_does_not_apply(tmp_path: Path, capsys: Any) -> None:
+    argv = ["run", "--benchmark", "webvoyager-local", "--image", "debian:12", "--trajectories",
+            str(tmp_path / "runs")]  # fmt: skip
+    assert main(argv) == 2
+    assert "--image does not apply to webvoyager-local" in capsys.readouterr().err

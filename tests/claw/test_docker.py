@@ -61,10 +61,3 @@ def test_without_an_image_the_run_says_what_to_give(image: str, tmp_path: Path, 
     assert code == 2
     assert "only the local runtime has" in err and "--image" in err
     assert not (tmp_path / "runs").exists()  # refused before anything started or was recorded
-
-
-def test_image_is_refused_where_it_does_not_apply(tmp_path: Path, capsys):
-    argv = ["run", "--benchmark", "webvoyager-local", "--image", "debian:12", "--trajectories",
-            str(tmp_path / "runs")]  # fmt: skip
-    assert main(argv) == 2
-    assert "--image does not apply to webvoyager-local" in capsys.readouterr().err

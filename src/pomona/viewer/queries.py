@@ -200,7 +200,7 @@ def _run_summaries(index: StoreIndex) -> list[dict[str, Any]]:
 
 
 def _run_summary(run: str, everything: list[dict[str, Any]]) -> dict[str, Any]:
-    group = [r for r in everything if r["role"] is None]  # attempts: judges are not counted
+    group = list(filter(metrics.is_attempt, everything))  # a judge's episodes are not counted
     summaries = metrics.summarize(group)
     trials = sum(s.trials for s in summaries)
     rate = sum((s.resolve_rate or 0.0) * s.trials for s in summaries) / trials if trials else None
@@ -238,7 +238,7 @@ def run_detail(index: StoreIndex, run: str) -> dict[str, Any] | None:
     if found is None:
         return None
     data = _of_run(index, run)
-    group = [r for r in data.select(list(SUMMARY_COLUMNS)).to_pylist() if r["role"] is None]
+    group = data.select(list(SUMMARY_COLUMNS)).to_pylist()
     most = max(Counter((r["task"], r["harness"], r["model"]) for r in group).values(), default=1)
     summaries = [_summary_dict(s) for s in metrics.summarize(group, range(1, most + 1))]
     return {**found, "summaries": summaries, "failure_kinds": sorted(found["failures"]),
@@ -324,7 +324,6 @@ def _summary_dict(s: metrics.Summary) -> dict[str, Any]:
 def _summaries(index: StoreIndex) -> list[metrics.Summary]:
     def compute() -> list[metrics.Summary]:
         rows = episodes_table(index).select(list(SUMMARY_COLUMNS)).to_pylist()
-        rows = [r for r in rows if r["role"] is None]
         counts = Counter((r["benchmark"], r["harness"], r["model"], r["task"]) for r in rows)
         most = max(counts.values(), default=1)
         return board.rank(metrics.summarize(rows, range(1, most + 1)))
