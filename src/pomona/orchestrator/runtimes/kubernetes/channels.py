@@ -89,11 +89,11 @@ class ChannelStream:
                 self._ws.write_channel(STDIN, self._stdin)
             while not self._stop.is_set() and self._ws.is_open():
                 self._ws.update(timeout=0.5)
-                for channel in (STDOUT, STDERR):
-                    data = self._ws.read_channel(channel)
-                    if data and not self._put((_NAMES[channel], data)):
-                        return
+                if not self._forward():
+                    return
                 status += _text(self._ws.read_channel(STATUS))
+            if not self._forward():  # the read that met the close may have buffered output too
+                return
             status += _text(self._ws.read_channel(STATUS))
             if not self._stop.is_set():
                 self._settle(self.exited, exit_code(status))
@@ -108,6 +108,16 @@ class ChannelStream:
             if self._ws is not None:
                 with contextlib.suppress(Exception):
                     self._ws.close()
+
+    def _forward(self) -> bool:
+        """Hand over the output the client has buffered; False once closed. Reading a channel with
+        nothing buffered makes the client read every frame already readable, the close included,
+        so output can be buffered after the loop has seen the stream close."""
+        for channel in (STDOUT, STDERR):
+            data = self._ws.read_channel(channel)
+            if data and not self._put((_NAMES[channel], data)):
+                return False
+        return True
 
     def write(self, channel: int, data: bytes) -> None:
         """Blocking (call through a thread): websocket-client serializes sends with a lock."""
