@@ -49,7 +49,7 @@ def test_runs_unprivileged_by_default_and_root_on_request(sandbox):
 
 
 def test_timeout_kills_the_process_group_not_the_sandbox(sandbox):
-    r = sandbox.exec("sleep 1000 & sleep 1001 & echo started; wait", timeout=1)
+    r = sandbox.exec("sleep 1000 & sleep 1001 & echo started; wait", timeout=3)
     assert r.timed_out and r.exit_code < 0 and r.stdout == "started\n"
     after = sandbox.exec("ps -eo args")
     assert after.exit_code == 0

@@ -107,7 +107,7 @@ def test_users_and_capabilities(sb):
 
 
 def test_timeout_kills_the_process_group_not_the_sandbox(sb):
-    r = sb.exec("sleep 1000 & sleep 1001 & echo started; wait", timeout=2)
+    r = sb.exec("sleep 1000 & sleep 1001 & echo started; wait", timeout=5)
     assert r.timed_out and r.exit_code < 0 and r.stdout == "started\n"
     after = sb.exec("ps -eo args")
     assert after.exit_code == 0 and "sleep 100" not in after.stdout
