@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes.stream import ws_client
 from websocket import ABNF, WebSocket
 
+from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.runtimes.kubernetes.channels import STATUS, STDERR, STDOUT, ChannelStream
 
 
@@ -103,3 +104,33 @@ def test_interleaved_output_and_a_failing_exit_code(server):
         return await collect(ChannelStream(connect))
 
     assert asyncio.run(run()) == (b"ac", b"b", 3)
+
+
+def test_a_consumer_that_stalls_gets_each_chunk_once(server):
+    """The reader waits while the queue is full; a wait longer than its polling interval (0.5 s)
+    must not hand the same chunk over twice."""
+    chunks = [b"%04d," % i for i in range(execution.QUEUE_LIMIT * 4)]  # reads merge up to three
+    status = json.dumps({"metadata": {}, "status": "Success"}).encode()
+    frames = [*(frame(STDOUT, c) for c in chunks), frame(STATUS, status), close_frame()]
+
+    def connect_one_frame_per_read() -> ws_client.WSClient:
+        ws = connect()
+        update = ws.update
+
+        def next_frame(timeout: float = 0) -> None:
+            if frames:
+                server.send(frames.pop(0))
+            update(timeout)
+
+        ws.update = next_frame
+        return ws
+
+    async def run() -> tuple[bytes, bytes, int]:
+        stream = ChannelStream(connect_one_frame_per_read)
+        async with asyncio.timeout(30):
+            while not stream.queue.full():
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(1.5)  # the reader waits on a full queue through three polls
+        return await collect(stream)
+
+    assert asyncio.run(run()) == (b"".join(chunks), b"", 0)

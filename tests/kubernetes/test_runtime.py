@@ -127,6 +127,19 @@ def test_caps_and_streaming(sb):
     assert [c.stream for c in chunks] == ["stdout", "stderr", "stdout"]
 
 
+def test_a_consumer_that_stalls_gets_the_output_once(sb):
+    # the exec's reader waits on a full queue for longer than it polls: nothing may come twice
+    streamed, stalled = [], False
+    for item in sb.exec_stream("head -c 8000000 /dev/zero | tr '\\0' x"):
+        if isinstance(item, ExecChunk):
+            streamed.append(item.data)
+            if not stalled:
+                time.sleep(2)
+                stalled = True
+    assert isinstance(item, ExecResult) and item.exit_code == 0 and not item.truncated
+    assert "".join(streamed) == item.stdout == "x" * 8_000_000
+
+
 def test_files_and_tar(sb):
     sb.write_file("/workspace/dir/a.txt", b"alpha", mode=0o600)
     sb.write_file("dir/b.txt", "beta")

@@ -9,6 +9,7 @@ output is never buffered without bound. The status channel's JSON carries the ex
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import threading
@@ -69,15 +70,22 @@ class ChannelStream:
         self.loop.call_soon_threadsafe(settle)
 
     def _put(self, item: execution.Output) -> bool:
-        """Hand an item to the event loop, waiting while the queue is full; False once closed."""
+        """Hand an item to the event loop, waiting while the queue is full; False once closed.
+        The put is submitted once and waited for in slices (to notice a close): a put that timed
+        out is still pending, and submitting another would queue the item twice."""
+        try:
+            put = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
+        except RuntimeError:  # the loop is gone
+            return False
         while not self._stop.is_set():
             try:
-                asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop).result(0.5)
+                put.result(0.5)
                 return True
             except TimeoutError:
                 continue
-            except RuntimeError:  # the loop is gone
+            except (RuntimeError, concurrent.futures.CancelledError):
                 return False
+        put.cancel()
         return False
 
     def _pump(self) -> None:
