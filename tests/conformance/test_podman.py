@@ -2,8 +2,10 @@
 
 The fixture starts its own `podman system service` on a socket in a temporary directory (not
 /run/podman/podman.sock, so a service the machine already runs is left alone), with a
-containers.conf of its own: the runc runtime (crun fails on this machine's cgroup setup) and
-ulimits the machine allows (Podman's defaults exceed them). See reference/machine.md.
+containers.conf of its own: the runc runtime (crun fails on this machine's cgroup setup),
+ulimits the machine allows (Podman's defaults exceed them), and each exec's monitor (conmon) kept
+30 s after the exec ends instead of Podman's 300, so a run leaves no process behind for minutes.
+See reference/machine.md.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 
 [engine]
 runtime = "runc"
+exit_command_delay = 30
 """
 
 
