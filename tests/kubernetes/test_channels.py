@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import Callable
 
 import pytest
 from kubernetes import client
@@ -14,6 +15,8 @@ from websocket import ABNF, WebSocket
 
 from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.runtimes.kubernetes.channels import STATUS, STDERR, STDOUT, ChannelStream
+
+SUCCESS = json.dumps({"metadata": {}, "status": "Success"}).encode()
 
 
 def frame(channel: int, data: bytes) -> bytes:
@@ -51,6 +54,22 @@ def connect() -> ws_client.WSClient:
     return ws_client.WSClient(client.Configuration(), "ws://api/exec", None, False, binary=True)
 
 
+Update = Callable[[float], None]
+
+
+def connect_reading_through(read: Callable[[Update, float], None]) -> Callable[[], object]:
+    """A connect whose client reads frames through `read(its own update, timeout)`, so a test
+    decides what the server has sent by each read."""
+
+    def open_stream() -> ws_client.WSClient:
+        ws = connect()
+        update = ws.update
+        ws.update = lambda timeout=0: read(update, timeout)
+        return ws
+
+    return open_stream
+
+
 async def collect(stream: ChannelStream) -> tuple[bytes, bytes, int]:
     out = {"stdout": b"", "stderr": b""}
     while (item := await stream.queue.get())[1] is not None:
@@ -64,23 +83,18 @@ def test_output_read_together_with_the_close_is_not_lost(server):
     """The client's reader takes every frame already readable, close included, whenever a channel
     with nothing buffered is read: the last output can arrive while the stream is being drained,
     in the same read as the close."""
-    status = json.dumps({"metadata": {}, "status": "Success"}).encode()
     server.send(frame(STDOUT, b"first "))
+    sent_rest = False
 
-    def connect_then_flush_the_rest() -> ws_client.WSClient:
-        ws = connect()
-        update = ws.update
-
-        def first_update(timeout: float = 0) -> None:
-            update(timeout)
-            ws.update = update  # from now on the client's own
-            server.send(frame(STDOUT, b"last"), frame(STATUS, status), close_frame())
-
-        ws.update = first_update
-        return ws
+    def first_read_then_the_rest(update: Update, timeout: float) -> None:
+        nonlocal sent_rest
+        update(timeout)
+        if not sent_rest:
+            server.send(frame(STDOUT, b"last"), frame(STATUS, SUCCESS), close_frame())
+            sent_rest = True
 
     async def run() -> tuple[bytes, bytes, int]:
-        return await collect(ChannelStream(connect_then_flush_the_rest))
+        return await collect(ChannelStream(connect_reading_through(first_read_then_the_rest)))
 
     assert asyncio.run(run()) == (b"first last", b"", 0)
 
@@ -110,23 +124,15 @@ def test_a_consumer_that_stalls_gets_each_chunk_once(server):
     """The reader waits while the queue is full; a wait longer than its polling interval (0.5 s)
     must not hand the same chunk over twice."""
     chunks = [b"%04d," % i for i in range(execution.QUEUE_LIMIT * 4)]  # reads merge up to three
-    status = json.dumps({"metadata": {}, "status": "Success"}).encode()
-    frames = [*(frame(STDOUT, c) for c in chunks), frame(STATUS, status), close_frame()]
+    frames = [*(frame(STDOUT, c) for c in chunks), frame(STATUS, SUCCESS), close_frame()]
 
-    def connect_one_frame_per_read() -> ws_client.WSClient:
-        ws = connect()
-        update = ws.update
-
-        def next_frame(timeout: float = 0) -> None:
-            if frames:
-                server.send(frames.pop(0))
-            update(timeout)
-
-        ws.update = next_frame
-        return ws
+    def one_frame_per_read(update: Update, timeout: float) -> None:
+        if frames:
+            server.send(frames.pop(0))
+        update(timeout)
 
     async def run() -> tuple[bytes, bytes, int]:
-        stream = ChannelStream(connect_one_frame_per_read)
+        stream = ChannelStream(connect_reading_through(one_frame_per_read))
         async with asyncio.timeout(30):
             while not stream.queue.full():
                 await asyncio.sleep(0.01)
