@@ -46,6 +46,8 @@ COMMANDS: dict[str, Command] = {
                     "browse runs, the leaderboard and episodes in a browser"),
     "deploy": Command("pomona.deploy", "add_deploy_parser",
                       "Kubernetes manifests for a Pomona deployment"),
+    "doctor": Command("pomona.doctor", "add_doctor_parser",
+                      "what this machine has and lacks, per runtime, and the fixes"),
     "gc": Command("pomona.orchestrator.gc", "add_gc_parser",
                   "release what a state dir holds that no live process owns"),
 }  # fmt: skip

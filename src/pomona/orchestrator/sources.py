@@ -19,6 +19,7 @@ from pomona.errors import InvalidRequest, SourceNotAllowed
 
 MAX_ARCHIVE_BYTES = 16 * 2**30
 ARCHIVE_PREFIX = re.compile(r"^(docker|oci)-archive:")
+SIF_PREFIX = "sif:"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 # The distribution reference grammar: [host[:port]/]name[/name...][:tag][@sha256:digest]
 REFERENCE = re.compile(
@@ -31,6 +32,19 @@ def archive_path(ref: str) -> str | None:
     """The file an archive reference names, or None when the reference is not an archive."""
     path = ARCHIVE_PREFIX.sub("", ref)
     return path if path != ref or ref.endswith(".tar") else None
+
+
+def sif_path(ref: str) -> str | None:
+    """The SIF file or sandbox directory an Apptainer reference names (`sif:PATH`, or a path
+    ending in .sif), or None."""
+    if ref.startswith(SIF_PREFIX):
+        return ref[len(SIF_PREFIX) :]
+    return ref if ref.endswith(".sif") and "/" in ref else None
+
+
+def local_path(ref: str) -> str | None:
+    """The file (or directory) on this machine an image reference names, or None."""
+    return archive_path(ref) or sif_path(ref)
 
 
 def registry_host(ref: str) -> str | None:
@@ -62,11 +76,11 @@ class ImageSources:
         """Refuse, before any I/O, a reference whose source is not allowed."""
         if "\x00" in ref or not ref.strip() or len(ref) > 4096:
             raise InvalidRequest("the image reference is empty, too long or holds a NUL byte")
-        path = archive_path(ref)
+        path = local_path(ref)
         if path is None and ref != "host" and not REFERENCE.match(ref):
             raise InvalidRequest(
                 f"{ref[:200]!r} is not an image reference: write host, name[:tag], "
-                "registry[:port]/name[:tag][@sha256:...] or oci-archive:PATH"
+                "registry[:port]/name[:tag][@sha256:...], oci-archive:PATH or sif:PATH"
             )
         if path is not None:
             if self.archive_dirs is not None and not any(
@@ -87,11 +101,12 @@ class ImageSources:
     def registry_allowed(self, host: str) -> bool:
         return self.registries is None or host.lower() in self.registries
 
-    def open_archive(self, ref: str) -> int:
+    def open_archive(self, ref: str, directory: bool = False) -> int:
         """Open an allowed archive: a regular file (never a device or FIFO, which would block or
-        never end) of at most max_archive_bytes. Returns the fd."""
+        never end) of at most max_archive_bytes, or with `directory` also a directory (an
+        Apptainer sandbox). Returns the fd."""
         self.check(ref)
-        path = archive_path(ref) or ref
+        path = local_path(ref) or ref
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -101,6 +116,8 @@ class ImageSources:
         except OSError as e:
             raise InvalidRequest(f"image archive {path} cannot be opened: {e.strerror}") from None
         st = os.fstat(fd)
+        if directory and stat.S_ISDIR(st.st_mode):
+            return fd
         if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_archive_bytes:
             os.close(fd)
             raise InvalidRequest(

@@ -1,6 +1,8 @@
 """OCI images as overlay layers: unpacked once into a shared cache, then stacked by every sandbox.
 
 Sources, tried in this order for a reference:
+  - an Apptainer/Singularity image: `sif:/p.sif`, any path ending in .sif, or `sif:/dir` for a
+    sandbox directory (pomona.orchestrator.linux.sif);
   - an archive on disk: `docker-archive:/p.tar`, `oci-archive:/p.tar`, or any path ending in .tar
     (both `docker save` layouts and OCI image layouts are read);
   - the local Docker engine's (or Podman's Docker-compatible) image store;
@@ -39,7 +41,8 @@ import httpx
 
 from pomona import progress
 from pomona.errors import ImageNotFound, InvalidRequest
-from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
+from pomona.orchestrator.linux import sif
+from pomona.orchestrator.sources import ImageSources, archive_path, registry_host, sif_path
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -134,6 +137,8 @@ class ImageStore:
         """What the reference stands for at its source right now; None if the source cannot
         be asked (then the cache's last answer stands)."""
         try:
+            if sif_path(ref) is not None:
+                return self._with_sif(ref, lambda fd: sif.digest(fd, ref, self.root / "sif"))
             if archive_path(ref) is not None:
                 with (
                     os.fdopen(self.sources.open_archive(ref), "rb") as f,
@@ -206,6 +211,11 @@ class ImageStore:
         return {"digests": digests, "layers": layers, "bytes": freed}
 
     def _fetch(self, ref: str) -> Image:
+        if sif_path(ref) is not None:
+            digest, layer, env = self._with_sif(
+                ref, lambda fd: sif.fetch(fd, ref, self._stage, self.root / "sif")
+            )
+            return Image(ref=ref, layers=[str(layer)], env=env, digest=digest)
         if archive_path(ref) is not None:
             with os.fdopen(self.sources.open_archive(ref), "rb") as f:
                 try:
@@ -225,6 +235,15 @@ class ImageStore:
         raise ImageNotFound(f"image {ref!r} not found: " + "; ".join(errors))
 
     # -- sources ------------------------------------------------------------------------------
+
+    def _with_sif(self, ref: str, call: Callable[[int], T]) -> T:
+        """`call` on the SIF file or sandbox directory `ref` names, opened once (so what is
+        checked is what is read)."""
+        fd = self.sources.open_archive(ref, directory=True)
+        try:
+            return call(fd)
+        finally:
+            os.close(fd)
 
     def _archive_config(self, ref: str, tar: tarfile.TarFile) -> tuple[list[str], bytes]:
         """The layer member names and the raw config of a `docker save` or OCI layout archive."""
@@ -435,19 +454,28 @@ class ImageStore:
         return self.root / "layers" / diff_id.split(":")[-1]
 
     def _unpack(self, diff_id: str, open_layer: Callable[[], IO[bytes]]) -> None:
-        target = self._layer_dir(diff_id)
-        if target.exists():
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
-        try:
+        def fill(staging: Path) -> None:
             desc = f"unpacking layer {diff_id.split(':')[-1][:12]}"
             with open_layer() as opened, progress.reading(opened, desc) as raw:
                 _extract_layer(_decompressed(raw), staging)
+
+        self._stage(diff_id, fill)
+
+    def _stage(self, layer_id: str, fill: Callable[[Path], None]) -> Path:
+        """The layer directory of `layer_id`, filled once by `fill` (given an empty staging
+        directory beside it) and renamed into place, so a half-made layer is never used."""
+        target = self._layer_dir(layer_id)
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
+        try:
+            fill(staging)
             with contextlib.suppress(OSError):  # a concurrent unpack of the same layer won
                 staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        return target
 
 
 def _tree_bytes(path: Path) -> int:

@@ -31,7 +31,7 @@ from pomona.orchestrator.runtime import collect
 from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.runtimes.docker.engine import DockerPty, EngineExec, attach
 from pomona.orchestrator.runtimes.docker.files import ContainerFS
-from pomona.orchestrator.sources import ImageSources, registry_host
+from pomona.orchestrator.sources import ImageSources, registry_host, sif_path
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,
@@ -388,6 +388,11 @@ class DockerRuntime:
                 "filesystem); give an OCI image, or use the local runtime"
             )
         self.sources.check(ref)
+        if sif_path(ref) is not None:
+            raise InvalidRequest(
+                f"the {self.engine} runtime cannot run a SIF image ({ref}): the local runtime "
+                "unpacks those"
+            )
         try:
             await self._call(self.client.images.get, ref)
             return ref

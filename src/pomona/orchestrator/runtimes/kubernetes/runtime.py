@@ -54,7 +54,7 @@ from pomona.orchestrator.runtimes.archives import clean_archive
 from pomona.orchestrator.runtimes.kubernetes import gate, objects
 from pomona.orchestrator.runtimes.kubernetes.channels import ChannelStream, GatedCommand, PodPty
 from pomona.orchestrator.runtimes.kubernetes.objects import KubernetesSettings
-from pomona.orchestrator.sources import ImageSources, archive_path, registry_host
+from pomona.orchestrator.sources import ImageSources, archive_path, registry_host, sif_path
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,
@@ -354,9 +354,9 @@ class KubernetesRuntime:
                 "filesystem); give an OCI image the cluster can pull"
             )
         self.sources.check(spec.image)
-        if archive_path(spec.image) is not None:
+        if archive_path(spec.image) is not None or sif_path(spec.image) is not None:
             raise InvalidRequest(
-                "the kubernetes runtime cannot use an image archive: the kubelet pulls from "
+                "the kubernetes runtime cannot use an image archive or SIF file: the kubelet pulls from "
                 "registries; push it to one the cluster reaches"
             )
         registry = (
