@@ -1,7 +1,8 @@
 """The Docker runtime: one container per sandbox over the Docker Engine API (the `docker` SDK),
 which also drives Podman's Docker-compatible socket (`engine="podman"`). Its parts, mirroring the
 local runtime's: engine.py (exec and terminals over the engine's exec API), files.py (the files
-API over its archive API) and runtime.py (the Runtime: lifecycle, adoption, snapshots, ports).
+API over its archive API), containers.py (a container's create options from a spec),
+snapshots.py (commits) and runtime.py (the Runtime: lifecycle, adoption, ports).
 
 A sandbox is a container that idles (`sleep infinity` under the engine's init, `init=True`) and
 carries its whole record in labels: `pomona.sandbox` (id), `pomona.owner` (a stable hash of the

@@ -4,7 +4,6 @@ docstring (runtimes/docker/__init__.py) says how a sandbox maps onto a container
 from __future__ import annotations
 
 import asyncio
-import base64
 import builtins
 import contextlib
 import hashlib
@@ -13,7 +12,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from pomona.errors import (
     ImageNotFound,
@@ -29,8 +28,10 @@ from pomona.orchestrator.linux.safefs import normalize
 from pomona.orchestrator.linux.syscalls import alive, exited, start_time
 from pomona.orchestrator.runtime import collect
 from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.runtimes.docker import containers
 from pomona.orchestrator.runtimes.docker.engine import DockerPty, EngineExec, attach
 from pomona.orchestrator.runtimes.docker.files import ContainerFS
+from pomona.orchestrator.runtimes.docker.snapshots import Commits
 from pomona.orchestrator.sources import ImageSources, registry_host, sif_path
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
@@ -55,15 +56,6 @@ DEFAULT_SOCKETS = {
     "docker": "unix:///var/run/docker.sock",
     "podman": "unix:///run/podman/podman.sock",
 }
-SNAPSHOT_REPO = "pomona-snapshot"
-# Static inits (tini or catatonit) a container can borrow when the engine's own is missing
-HOST_INITS = (
-    "/usr/bin/catatonit",
-    "/usr/libexec/podman/catatonit",
-    "/usr/bin/tini-static",
-    "/usr/bin/docker-init",
-)
-INIT_MOUNT = "/dev/.pomona-init"  # in the container's private /dev: never part of a snapshot
 
 
 def _container_id(container: Container) -> str:
@@ -156,6 +148,9 @@ class DockerRuntime:
                 )
             ) from e
         self.errors = docker.errors
+        self.snapshots = Commits(
+            self.name, self.owner, engine, self.client, self.errors, self._call, self._explain
+        )
         self.sandboxes: dict[str, _Live] = {}
         self.me = (os.getpid(), start_time(os.getpid()))
         self._driver: str | None = None
@@ -164,9 +159,6 @@ class DockerRuntime:
 
     def _name(self, sandbox_id: str) -> str:
         return f"pomona-{self.owner[:12]}-{sandbox_id}"
-
-    def _snapshot_ref(self, snapshot_id: str) -> str:
-        return f"{SNAPSHOT_REPO}/{self.owner}:{snapshot_id}"
 
     async def start(self) -> None:
         """Adopt this owner's running containers; remove those with a broken record or dead."""
@@ -255,7 +247,7 @@ class DockerRuntime:
         if sandbox_id in self.sandboxes:
             raise SandboxConflict(f"sandbox {sandbox_id!r} already exists")
         if snapshot:
-            image = self._snapshot_ref(snapshot.id)
+            image = self.snapshots.ref(snapshot.id)
             try:
                 await self._call(self.client.images.get, image)
             except self.errors.NotFound:
@@ -263,103 +255,12 @@ class DockerRuntime:
         else:
             image = await self._image(spec.image)
         created_at = time.time()
-        labels = {
-            **spec.labels,
-            "pomona.sandbox": sandbox_id,
-            "pomona.owner": self.owner,
-            "pomona.spec": spec.model_dump_json(),
-            "pomona.created": repr(created_at),
-            "pomona.creator": f"{self.me[0]}:{self.me[1]}",
-            "pomona.origin": snapshot.id if snapshot else "",
-        }
-        options: dict[str, Any] = dict(
-            image=image,
-            command=["sleep", "infinity"],
-            name=self._name(sandbox_id),
-            labels=labels,
-            init=True,
-            detach=True,
-            hostname=sandbox_id[:63],
-            environment=dict(spec.env),
-            user="0:0",
-            security_opt=["no-new-privileges"],
-            network_mode="bridge" if spec.network == NetworkMode.full else "none",
-        )
-        for m in spec.mounts:  # the engine would create a missing source, as root, on the host
-            if not os.path.exists(m.host_path()):
-                raise InvalidRequest(f"mount source {m.source} does not exist on the host")
-        if spec.mounts:
-            options["volumes"] = {
-                m.host_path(): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-                for m in spec.mounts
-            }
-        limits = spec.limits
-        if limits.cpu:
-            options["nano_cpus"] = int(limits.cpu * 1e9)
-        if limits.memory:
-            options["mem_limit"] = options["memswap_limit"] = limits.memory
-        if limits.pids:
-            options["pids_limit"] = limits.pids
-        if limits.disk:
-            options["storage_opt"] = {"size": str(limits.disk)}
+        labels = containers.labels(sandbox_id, spec, self.owner, self.me, created_at, snapshot)
+        options = containers.create_options(self._name(sandbox_id), sandbox_id, spec, image, labels)
+        container = await self._create_container(sandbox_id, spec, options)
         try:
-            try:
-                container = await self._call(self.client.containers.create, **options)
-            except self.errors.APIError as e:
-                host_init = next((p for p in HOST_INITS if os.path.exists(p)), None)
-                if "init binary not found" not in self._explain(e) or not host_init:
-                    raise
-                # Podman's Docker-compatible API looks for catatonit only (it ignores
-                # containers.conf init_path): bring a static init from the host instead.
-                options.update(
-                    init=False,
-                    command=[INIT_MOUNT, "--", "sleep", "infinity"],
-                    volumes={
-                        **options.get("volumes", {}),
-                        os.path.realpath(host_init): {"bind": INIT_MOUNT, "mode": "ro"},
-                    },
-                )
-                container = await self._call(self.client.containers.create, **options)
-        except self.errors.APIError as e:
-            if e.status_code == 409:
-                raise SandboxConflict(
-                    f"sandbox {sandbox_id!r} is being created or removed"
-                ) from None
-            message = self._explain(e)
-            if limits.disk and re.search(r"storage.?opt|quota|size", message, re.I):
-                raise InvalidRequest(await self._no_disk_quota(message)) from None
-            raise SandboxFailed(
-                f"{self.engine} could not create sandbox {sandbox_id!r}: {message}"
-            ) from None
-        live: _Live | None = None
-        try:
-            await self._call(container.start)
-            await self._call(container.reload)
-            state = container.attrs["State"]
-            if not state.get("Running"):
-                logs = (await self._call(container.logs)).decode(errors="replace").strip()
-                raise SandboxFailed(
-                    f"sandbox {sandbox_id!r} stopped at once (exit {state.get('ExitCode')}): "
-                    f"{state.get('Error') or logs or 'the image needs a `sleep` command'}"
-                )
-            live = self._live(
-                _Live(
-                    id=sandbox_id,
-                    container_id=_container_id(container),
-                    spec=spec,
-                    created_at=created_at,
-                    pid=int(state["Pid"]),
-                    snapshot=snapshot.id if snapshot else None,
-                )
-            )
-            await self._hold(live)
-            await live.fs.make_dirs(live.spec.workdir)
-            await self._prepare(live)
+            live = await self._start(container, sandbox_id, spec, created_at, snapshot)
         except BaseException as e:
-            if live and live.gateway:
-                await live.gateway.close()
-            if live:
-                live.release()
             await asyncio.shield(self._remove_container(_container_id(container)))
             if isinstance(e, SandboxFailed | InvalidRequest | asyncio.CancelledError):
                 raise
@@ -370,6 +271,75 @@ class DockerRuntime:
             raise SandboxFailed(f"could not start sandbox {sandbox_id!r}: {e}") from e
         self.sandboxes[sandbox_id] = live
         return live.info(self.name)
+
+    async def _create_container(
+        self, sandbox_id: str, spec: SandboxSpec, options: containers.ContainerOptions
+    ) -> Container:
+        """The container, created (not started); the engine's refusals in words."""
+        try:
+            try:
+                return await self._call(self._create_from, options)
+            except self.errors.APIError as e:
+                host_init = next((p for p in containers.HOST_INITS if os.path.exists(p)), None)
+                if "init binary not found" not in self._explain(e) or not host_init:
+                    raise
+                return await self._call(self._create_from, options.with_host_init(host_init))
+        except self.errors.APIError as e:
+            if e.status_code == 409:
+                raise SandboxConflict(
+                    f"sandbox {sandbox_id!r} is being created or removed"
+                ) from None
+            message = self._explain(e)
+            if spec.limits.disk and re.search(r"storage.?opt|quota|size", message, re.I):
+                raise InvalidRequest(await self._no_disk_quota(message)) from None
+            raise SandboxFailed(
+                f"{self.engine} could not create sandbox {sandbox_id!r}: {message}"
+            ) from None
+
+    def _create_from(self, options: containers.ContainerOptions) -> Container:
+        host_config = self.api.create_host_config(**options.host)
+        host_config.update(options.extra_host)
+        created = self.api.create_container(host_config=host_config, **options.create)
+        return self.client.containers.prepare_model({"Id": created["Id"]})
+
+    async def _start(
+        self,
+        container: Container,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        created_at: float,
+        snapshot: SnapshotInfo | None,
+    ) -> _Live:
+        """Start the container and hold it: its init's pidfd, its workdir, its gateway."""
+        await self._call(container.start)
+        await self._call(container.reload)
+        state = container.attrs["State"]
+        if not state.get("Running"):
+            logs = (await self._call(container.logs)).decode(errors="replace").strip()
+            raise SandboxFailed(
+                f"sandbox {sandbox_id!r} stopped at once (exit {state.get('ExitCode')}): "
+                f"{state.get('Error') or logs or 'the image needs a `sleep` command'}"
+            )
+        live = self._live(
+            _Live(
+                id=sandbox_id,
+                container_id=_container_id(container),
+                spec=spec,
+                created_at=created_at,
+                pid=int(state["Pid"]),
+                snapshot=snapshot.id if snapshot else None,
+            )
+        )
+        try:
+            await self._hold(live)
+            await live.fs.make_dirs(live.spec.workdir)
+            await self._prepare(live)
+        except BaseException:
+            if live.gateway:
+                await live.gateway.close()
+            live.release()
+            raise
+        return live
 
     async def _no_disk_quota(self, message: str) -> str:
         info = await self._call(self.client.info)
@@ -579,73 +549,13 @@ class DockerRuntime:
 
     async def snapshot(self, sandbox_id: str, snapshot_id: str) -> SnapshotInfo:
         live = self._get(sandbox_id)
-        ref = self._snapshot_ref(snapshot_id)
-        with contextlib.suppress(self.errors.NotFound):
-            await self._call(self.client.images.get, ref)
-            raise SandboxConflict(f"snapshot {snapshot_id!r} already exists")
-        info = SnapshotInfo(
-            id=snapshot_id,
-            sandbox_id=sandbox_id,
-            runtime=self.name,
-            spec=live.spec,
-            created_at=time.time(),
-        )
-        # LABEL changes rather than conf={"Labels": ...}: Podman's compat commit ignores conf.
-        # The record is base64 so no quoting in it can break the instruction.
-        labels = {
-            "pomona.snapshot": snapshot_id,
-            "pomona.snapshot.owner": self.owner,
-            "pomona.snapshot.info": base64.b64encode(info.model_dump_json().encode()).decode(),
-        }
-        repository, tag = ref.rsplit(":", 1)
-        try:
-            await self._call(
-                self.api.commit,
-                live.container_id,
-                repository=repository,
-                tag=tag,
-                changes=[f"LABEL {k}={v}" for k, v in labels.items()],
-                pause=True,
-            )
-        except self.errors.APIError as e:
-            raise SandboxFailed(f"snapshot of {sandbox_id!r} failed: {self._explain(e)}") from None
-        return info
+        return await self.snapshots.take(sandbox_id, live.container_id, live.spec, snapshot_id)
 
     async def list_snapshots(self) -> builtins.list[SnapshotInfo]:
-        images = await self._call(
-            self.api.images, filters={"label": f"pomona.snapshot.owner={self.owner}"}
-        )
-        found = []
-        for image in images:
-            labels = image.get("Labels") or {}
-            with contextlib.suppress(KeyError, ValueError):
-                info = SnapshotInfo.model_validate_json(
-                    base64.b64decode(labels["pomona.snapshot.info"])
-                )
-                ref = self._snapshot_ref(info.id)
-                # Podman names it docker.io/<ref> or localhost/<ref>
-                if any(
-                    tag == ref or tag.endswith("/" + ref) for tag in image.get("RepoTags") or []
-                ):
-                    found.append(info)
-        return found
+        return await self.snapshots.list()
 
     async def delete_snapshot(self, snapshot_id: str) -> bool:
-        ref = self._snapshot_ref(snapshot_id)
-        try:
-            await self._call(self.api.remove_image, ref, force=False, noprune=False)
-            return True
-        except self.errors.NotFound:
-            return False
-        except self.errors.APIError as e:
-            if e.status_code == 409:
-                raise SandboxConflict(
-                    f"snapshot {snapshot_id!r} is in use (a sandbox or another snapshot is built on it); "
-                    f"delete those first. {self.engine} said: {self._explain(e)}"
-                ) from None
-            raise SandboxFailed(
-                f"could not delete snapshot {snapshot_id!r}: {self._explain(e)}"
-            ) from None
+        return await self.snapshots.delete(snapshot_id)
 
     # -- network ------------------------------------------------------------------------------
 

@@ -1,0 +1,108 @@
+"""What a sandbox's container is created with: the engine's create options from a SandboxSpec
+(its record in labels, its limits, mounts, network and hardening), and the static init a container borrows from the host where the
+engine has none of its own."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pomona.errors import InvalidRequest
+from pomona.orchestrator.types import NetworkMode, SandboxSpec, SnapshotInfo
+
+# Static inits (tini or catatonit) a container can borrow when the engine's own is missing
+HOST_INITS = (
+    "/usr/bin/catatonit",
+    "/usr/libexec/podman/catatonit",
+    "/usr/bin/tini-static",
+    "/usr/bin/docker-init",
+)
+INIT_MOUNT = "/dev/.pomona-init"  # in the container's private /dev: never part of a snapshot
+
+
+def labels(
+    sandbox_id: str,
+    spec: SandboxSpec,
+    owner: str,
+    creator: tuple[int, int],
+    created_at: float,
+    snapshot: SnapshotInfo | None,
+) -> dict[str, str]:
+    """The sandbox's whole record, so a later process with the same state dir adopts it."""
+    return {
+        **spec.labels,
+        "pomona.sandbox": sandbox_id,
+        "pomona.owner": owner,
+        "pomona.spec": spec.model_dump_json(),
+        "pomona.created": repr(created_at),
+        "pomona.creator": f"{creator[0]}:{creator[1]}",
+        "pomona.origin": snapshot.id if snapshot else "",
+    }
+
+
+@dataclass
+class ContainerOptions:
+    """The engine's create call for one sandbox: `create` for APIClient.create_container, `host`
+    for its HostConfig (create_host_config), and the HostConfig fields docker-py has no
+    argument for."""
+
+    create: dict[str, Any]
+    host: dict[str, Any]
+    extra_host: dict[str, Any]
+
+    def with_host_init(self, host_init: str) -> ContainerOptions:
+        """Again, with a static init from the host instead of the engine's: Podman's
+        Docker-compatible API looks for catatonit only (it ignores containers.conf init_path)."""
+        binds = {**self.host.get("binds", {}), os.path.realpath(host_init): _bind(INIT_MOUNT, True)}
+        return ContainerOptions(
+            {
+                **self.create,
+                "command": [INIT_MOUNT, "--", "sleep", "infinity"],
+                "volumes": [b["bind"] for b in binds.values()],
+            },
+            {**self.host, "init": False, "binds": binds},
+            self.extra_host,
+        )
+
+
+def _bind(target: str, read_only: bool) -> dict[str, str]:
+    return {"bind": target, "mode": "ro" if read_only else "rw"}
+
+
+def create_options(
+    name: str, sandbox_id: str, spec: SandboxSpec, image: str, labels: dict[str, str]
+) -> ContainerOptions:
+    """The create call for one sandbox."""
+    for m in spec.mounts:  # the engine would create a missing source, as root, on the host
+        if not os.path.exists(m.host_path()):
+            raise InvalidRequest(f"mount source {m.source} does not exist on the host")
+    binds = {m.host_path(): _bind(m.target, m.read_only) for m in spec.mounts}
+    create: dict[str, Any] = dict(
+        image=image,
+        command=["sleep", "infinity"],
+        name=name,
+        labels=labels,
+        detach=True,
+        hostname=sandbox_id[:63],
+        environment=dict(spec.env),
+        user="0:0",
+    )
+    host: dict[str, Any] = dict(
+        init=True,
+        network_mode="bridge" if spec.network == NetworkMode.full else "none",
+        security_opt=["no-new-privileges"],
+    )
+    if binds:
+        create["volumes"] = [b["bind"] for b in binds.values()]
+        host["binds"] = binds
+    limits = spec.limits
+    if limits.cpu:
+        host["nano_cpus"] = int(limits.cpu * 1e9)
+    if limits.memory:
+        host["mem_limit"] = host["memswap_limit"] = limits.memory
+    if limits.pids:
+        host["pids_limit"] = limits.pids
+    if limits.disk:
+        host["storage_opt"] = {"size": str(limits.disk)}
+    return ContainerOptions(create, host, {})
