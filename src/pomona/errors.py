@@ -25,7 +25,7 @@ and nothing else. Each says what went wrong and what to do about it.
     ├── InstallError (RuntimeError)       harnesses.payload: an install step failed
     │   └── Unavailable                   the harness cannot be installed on this machine
     ├── McpUnsupported (ValueError)       harnesses.mcp: the harness has no MCP client to configure
-    ├── AgentFailure (RuntimeError)       harnesses.webvoyager: the model was unreachable or failed
+    ├── AgentFailure (RuntimeError)       benchmarks.browser.loop: the model was unreachable or failed
     ├── VerifierError (RuntimeError)      benchmarks.task: no trustworthy verdict (never a 0)
     │   └── ServiceDown                   benchmarks.claw.runtime: a task's mock services died
     ├── MissingDistribution (LookupError) benchmarks.pytools: a test dependency Pomona lacks

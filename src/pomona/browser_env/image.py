@@ -86,6 +86,12 @@ def for_runtime(runtime: str | None) -> str:
     return build() if runtime == "docker" else "host"
 
 
+def disk_for(runtime: str | None) -> str | None:
+    """The browser sandbox's disk limit (what downloads can fill): 1 GiB, except on Docker,
+    whose storage driver often has no quotas (downloads are then bounded by count only)."""
+    return None if runtime == "docker" else "1Gi"
+
+
 def add_browser_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `browser` on a `pomona` subparsers object."""
     p = subparsers.add_parser("browser", help="the browser layer: build its container image")

@@ -9,7 +9,7 @@ prompt wording (or the benchmark's own prompt files, for numbers comparable with
     deepshop    three WebVoyager-style calls, one per present sub-query (attribute, filter,
                 sort); no answer or no SUCCESS -> 0; overall = product of the present labels
 
-Calls go to any OpenAI-compatible endpoint (`chat` from the WebVoyager harness); in `pomona run`
+Calls go to any OpenAI-compatible endpoint (`chat` from the WebVoyager loop); in `pomona run`
 that is a proxy episode of its own, so judge calls are recorded like agent calls.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pomona.harnesses.webvoyager import image_part
+from pomona.benchmarks.browser.loop import image_part
 
 Chat = Callable[..., str]  # chat(messages, **params) -> text
 

@@ -1,14 +1,19 @@
-"""MiniWoB++ through BrowserEnv: the `miniwob` package's own task pages and its own reward.
+"""MiniWoB++ through BrowserEnv: every task the `miniwob` package registers (its 125 MiniWoB
+pages and 3 FlightWoB sites, as the package's own Gymnasium registry lists them), with the
+pages' own reward.
 
 Each page draws a random instance (seeded with `Math.seedrandom`, as the package's Python env
 does), shows an utterance, and ends its episode itself by calling `core.endEpisode(reward)`.
-The reward reported is the raw one (`WOB_RAW_REWARD_GLOBAL`, in [-1, 1]); MiniWoB's time-decayed
-reward depends on how fast the machine and the model are, so it is kept in the details only. The
-page's own 10-second limit is lifted to the episode's, for the same reason.
+The reward is on BrowserGym's scale by default: 1.0 when the page's raw reward is positive, else
+0.0 (a wrong submit scores 0, not MiniWoB's -1); `scale="raw"` gives the raw reward in [-1, 1]
+(`WOB_RAW_REWARD_GLOBAL`). MiniWoB's time-decayed reward depends on how fast the machine and the
+model are, so it is kept in the details only; the page's own time limit is lifted to the
+episode's and its countdown never runs (BrowserGym removes it too), so the same seed shows the
+same page however long the agent takes: the screenshot and the DOM are the same each time.
 
-The sampled tasks below are those an agent can finish with WebVoyager's grammar (no drag, no
-native select menus), each with a solver that reads the instance (utterance and marks) and
-returns the actions that solve it: the oracle's reference sequence for that instance.
+Tasks the package marks nondeterministic (a date picker's "today", FlightWoB's airline sites)
+carry `nondeterministic` in their metadata. For a few tasks a solver reads the instance
+(utterance and marks) and returns the actions that solve it: the oracle's reference sequence.
 """
 
 from __future__ import annotations
@@ -16,20 +21,29 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from pomona.benchmarks.task import Environment, Score, Task
 from pomona.browser_env.marks import Mark
 
-BASE = "http://miniwob.pomona.test/miniwob/"
+ROOT = "http://miniwob.pomona.test/"
+BASE = f"{ROOT}miniwob/"
 EPISODE_LIMIT_MS = 3_600_000
+SCALES = ("browsergym", "raw")
 
 START_SCRIPT = """(seed) => {
   Math.seedrandom(seed);
   core.EPISODE_MAX_TIME = EPISODE_LIMIT;
+  core.countdownTimer = function () {};  // no clock: the page looks the same at any time
   core.startEpisodeReal();
-  return core.getUtterance();
+  if (document.getElementById('reward-display')) core.hideDisplay();
 }""".replace("EPISODE_LIMIT", str(EPISODE_LIMIT_MS))
+READY_SCRIPT = """() => new Promise((ready) => {
+  const check = () => (typeof WOB_TASK_READY === 'undefined' || WOB_TASK_READY)
+    ? ready(core.getUtterance()) : setTimeout(check, 50);
+  check();
+})"""
 STATE_SCRIPT = """() => ({done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL,
   raw: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON, utterance: core.getUtterance()})"""
 
@@ -130,42 +144,71 @@ SOLVERS: dict[str, Callable[[str, list[Mark]], list[str]]] = {
 
 @dataclass(frozen=True)
 class MiniWoBReward:
-    """The page's own reward, read when the episode ends."""
+    """The page's own reward, read when the episode ends, on BrowserGym's scale or the raw one."""
+
+    scale: str = "browsergym"
 
     def collect(self, task: Task, session: Any) -> dict[str, Any]:
         return dict(session.evaluate(STATE_SCRIPT))
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
         raw = float(artifacts.get("raw") or 0.0) if artifacts.get("done") else 0.0
-        return Score(reward=raw, resolved=raw > 0, details=artifacts)
+        reward = raw if self.scale == "raw" else float(raw > 0)
+        return Score(reward=reward, resolved=raw > 0, details=artifacts)
 
 
-def task(name: str, seed: int = 0) -> Task:
-    if name not in SOLVERS:
-        raise KeyError(f"MiniWoB task {name!r} is not in the sampled set: {', '.join(SOLVERS)}")
+@cache
+def registered() -> dict[str, bool]:
+    """{task name: nondeterministic} for every environment the `miniwob` package registers."""
+    import gymnasium
+    import miniwob  # noqa: F401 - registers miniwob/* in Gymnasium's registry
+
+    out = {}
+    for env_id, spec in gymnasium.registry.items():
+        if env_id.startswith("miniwob/"):
+            out[env_id.removeprefix("miniwob/").rsplit("-v", 1)[0]] = bool(spec.nondeterministic)
+    return dict(sorted(out.items()))
+
+
+def page_url(name: str) -> str:
+    """Where a task's page is on the local web (FlightWoB's sites have a wrapper page)."""
+    if name.startswith("flight."):
+        return f"{ROOT}{name.replace('.', '/')}/wrapper.html"
+    return f"{BASE}{name}.html"
+
+
+def task(name: str, seed: int = 0, scale: str = "browsergym") -> Task:
+    tasks_known = registered()
+    if name not in tasks_known:
+        raise KeyError(f"the miniwob package has no task {name!r} ({len(tasks_known)} tasks)")
+    if scale not in SCALES:
+        raise KeyError(f"no MiniWoB reward scale {scale!r}: choose {', '.join(SCALES)}")
     return Task(
         id=f"miniwob/{name}",
         instruction="",
-        scorer=MiniWoBReward(),
+        scorer=MiniWoBReward(scale),
         environment=Environment(image="host"),
         benchmark="miniwob",
         metadata={
-            "web": f"{BASE}{name}.html",
+            "web": page_url(name),
             "web_name": "MiniWoB++",
             "miniwob": name,
             "seed": seed,
+            "nondeterministic": tasks_known[name],
         },
     )
 
 
-def tasks(seed: int = 0) -> list[Task]:
-    return [task(name, seed) for name in SOLVERS]
+def tasks(seed: int = 0, scale: str = "browsergym") -> list[Task]:
+    return [task(name, seed, scale) for name in registered()]
 
 
 def begin(session: Any, t: Task, seed: int) -> str:
     """Open the task page, draw the instance for `seed`, and return its utterance."""
     session.goto(t.metadata["web"])
-    return str(session.evaluate(START_SCRIPT, seed))
+    session.evaluate(START_SCRIPT, seed)
+    utterance = session.evaluate(READY_SCRIPT)  # FlightWoB's sites get ready later
+    return str(utterance["utterance"] if isinstance(utterance, dict) else utterance)
 
 
 def ended(session: Any) -> bool:
@@ -173,4 +216,7 @@ def ended(session: Any) -> bool:
 
 
 def solve(t: Task, utterance: str, marks: list[Mark]) -> list[str]:
-    return SOLVERS[t.metadata["miniwob"]](utterance, marks)
+    name = t.metadata["miniwob"]
+    if name not in SOLVERS:
+        raise LookupError(f"no solver for {t.id}: the oracle has {', '.join(SOLVERS)}")
+    return SOLVERS[name](utterance, marks)

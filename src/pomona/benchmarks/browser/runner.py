@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks.browser import judges, layouts, suite
+from pomona.benchmarks.browser import loop as webvoyager
 from pomona.benchmarks.task import Task
 from pomona.browser_env import actions
 from pomona.browser_env import image as browser_image
@@ -45,7 +46,6 @@ from pomona.gym.episode import (
     ensure_harness,
     save_artifacts,
 )
-from pomona.harnesses import webvoyager
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get as get_harness
 from pomona.harnesses.runner import run as run_harness
@@ -395,7 +395,9 @@ def run_benchmark(
     """`pomona run` for a browser benchmark: the WebVoyager loop, or a harness that takes MCP."""
     from pomona.gym.sandboxes import shared_client
 
-    options = SessionOptions(image=browser_image.for_runtime(runtime))
+    options = SessionOptions(
+        image=browser_image.for_runtime(runtime), disk=browser_image.disk_for(runtime)
+    )
     if harness != NATURAL_HARNESS:
         options = harness_options(link, options, harness)
     run = BrowserRun(

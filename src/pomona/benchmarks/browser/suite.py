@@ -11,10 +11,12 @@ oracle does.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pomona.benchmarks.browser import miniwob, tasks
 from pomona.benchmarks.browser.web import LocalWeb
 from pomona.benchmarks.task import Score, Task
+from pomona.browser_env.chromium import LOCAL_DOMAIN
 from pomona.browser_env.errors import BrowserCrashed, NavigationFailed
 from pomona.browser_env.marks import Mark
 
@@ -31,12 +33,27 @@ def is_miniwob(task: Task) -> bool:
     return "miniwob" in task.metadata
 
 
+def stateless(task: Task) -> bool:
+    """Whether the task's pages keep no server state (MiniWoB, the hazards and widgets sites), so
+    one browser may serve its episode after another's."""
+    host = urlsplit(str(task.metadata.get("web", ""))).hostname or ""
+    return is_miniwob(task) or host in (f"hazards.{LOCAL_DOMAIN}", f"widgets.{LOCAL_DOMAIN}")
+
+
 def web_for(task: Task) -> LocalWeb:
     return LocalWeb(miniwob=is_miniwob(task))
 
 
+def allowed(task: Task) -> tuple[str, ...]:
+    """The origins the agent may go to: MiniWoB's own pages, or the local web."""
+    if is_miniwob(task):
+        return (f"http://miniwob.{LOCAL_DOMAIN}",)
+    return (f"http://*.{LOCAL_DOMAIN}",)
+
+
 def begin(session: Any, task: Task, seed: int) -> str:
     """Open the task's start page (drawing MiniWoB's instance) and return the instruction."""
+    session.allowed = allowed(task)
     if is_miniwob(task):
         return miniwob.begin(session, task, seed)
     try:

@@ -14,16 +14,19 @@ browser as an unprivileged user), so a page cannot forge it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import json
 import mimetypes
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 DOMAIN = "pomona.test"
+STALL = 3600  # seconds a Hazards answer that never finishes holds its connection
 STYLE = """
 body{font-family:'DejaVu Sans',sans-serif;margin:0;color:#222;background:#fafafa}
 header{background:#20324d;color:#fff;padding:10px 20px;display:flex;gap:20px;align-items:center}
@@ -475,6 +478,101 @@ class Search(Site):
         return 404, self.page("Not found", "<main>Page not found.</main>"), None
 
 
+class Hazards(Site):
+    """Pages that misbehave the ways real pages do, for the watchdog's tests and any agent's:
+    an endless script, endless dialogs, a load that never ends, a flood of popups, downloads, a
+    link to the machine's own files. Responses that never finish are `Stall` answers the
+    handler acts out (the other sites only ever answer at once)."""
+
+    name, title = "hazards", "Pomona Hazards"
+    LINKS = [
+        ("/loop", "An endless script"), ("/alerts", "Endless alerts"), ("/confirm", "A question"),
+        ("/stall", "A page that never answers"), ("/trickle", "A page that never finishes"),
+        ("/popups", "Popups"), ("/downloads", "Downloads"), ("/local", "The machine's files"),
+    ]  # fmt: skip
+
+    def route(
+        self, method: str, path: str, query: dict[str, str], form: dict[str, str]
+    ) -> tuple[int, str, str | None]:
+        pages = {
+            "/": "<ul>"
+            + "".join(f"<li><a href='{u}'>{esc(t)}</a></li>" for u, t in self.LINKS)
+            + "</ul>",
+            "/loop": "<button onclick='for (;;) {}'>Start</button>",
+            "/alerts": "<button onclick=\"for (;;) alert('again')\">Start</button>",
+            "/confirm": "<button onclick=\"document.getElementById('out').textContent = "
+            "confirm('Delete everything?') ? 'deleted' : 'kept'\">Delete</button>"
+            "<p id='out'>untouched</p>",
+            "/popups": "<a href='/tab' target='_blank'>Open a tab</a> "
+            "<button onclick=\"for (let i = 0; i < 30; i++) window.open('/tab?n=' + i)\">"
+            "Open 30 windows</button>",
+            "/tab": f"<p>A new tab ({esc(query.get('n', 'link'))}).</p>"
+            "<button onclick='window.close()'>Close this tab</button>",
+            "/downloads": "<a href='/files/report.txt'>Get the report</a> "
+            "<a href='/files/big.bin'>Get the big file</a> "
+            '<button onclick="for (let i = 0; i < 30; i++) { const a = '
+            "document.createElement('a'); a.href = '/files/report.txt?n=' + i; a.download = "
+            "'r' + i + '.txt'; document.body.appendChild(a); a.click(); }\">Get 30 files</button>",
+            "/local": "<a href='file:///etc/passwd'>Open /etc/passwd</a>",
+        }
+        if path in ("/stall", "/trickle") or path.startswith("/files/"):
+            raise Stall(path)
+        if path not in pages:
+            return 404, self.page("Not found", "<main>Page not found.</main>"), None
+        return 200, self.page(self.title, f"<main><div>{pages[path]}</div></main>"), None
+
+
+class Stall(Exception):  # noqa: N818 - not an error: a response the handler acts out
+    """An answer that is not a page at once: `/stall` (nothing, ever), `/trickle` (the start of
+    a page, then nothing), `/files/NAME` (a download; big.bin is endless)."""
+
+
+class Widgets(Site):
+    """Every kind of control an agent meets, each reporting what was done to it in the page (and
+    by a GET the state log records): selects, a hover menu, a double-click target, keys, a
+    checkbox, a text area, an iframe, a form posted to the log."""
+
+    name, title = "widgets", "Pomona Widgets"
+
+    def route(
+        self, method: str, path: str, query: dict[str, str], form: dict[str, str]
+    ) -> tuple[int, str, str | None]:
+        if path == "/frame":
+            body = "<main><button onclick=\"report('framed')\">Inside the frame</button></main>"
+            return 200, self.page("Frame", body + REPORT), None
+        if path == "/done":
+            return 200, self.page("Done", f"<main><p>{esc(json.dumps(query))}</p></main>"), None
+        if path != "/":
+            return 404, self.page("Not found", "<main>Page not found.</main>"), None
+        body = (
+            "<main><div><p id='out'>nothing yet</p>"
+            "<label>Colour <select id='colour' onchange=\"report('colour=' + this.value)\">"
+            "<option value=''>choose</option><option value='red'>Red</option>"
+            "<option value='green'>Green</option><option value='blue'>Blue</option></select>"
+            "</label>"
+            "<div id='menu' onmouseenter=\"document.getElementById('hidden').style.display="
+            "'block'\">Menu<div id='hidden' style='display:none'><a href='/done?via=menu'>"
+            "Hidden item</a></div></div>"
+            "<span id='twice' ondblclick=\"report('double')\">Double-click me</span>"
+            "<input id='keys' aria-label='Keys' onkeydown=\"report('key=' + event.key)\">"
+            "<label><input type='checkbox' id='agree' onchange=\"report('agree=' + "
+            'this.checked)">I agree</label>'
+            "<textarea id='notes' aria-label='Notes'></textarea>"
+            "<form action='/done' method='get'><input name='name' aria-label='Name'>"
+            "<button type='submit'>Send</button></form>"
+            "<iframe src='/frame' title='A frame' width='300' height='80'></iframe>"
+            f"</div></main>{REPORT}"
+        )
+        return 200, self.page(self.title, body), None
+
+
+REPORT = (
+    "<script>function report(what) { document.getElementById('out') && "
+    "(document.getElementById('out').textContent = what); fetch('/done?event=' + "
+    "encodeURIComponent(what)); }</script>"
+)
+
+
 def make_handler(
     sites: dict[str, Site], state: State, miniwob: Path | None
 ) -> type[BaseHTTPRequestHandler]:
@@ -510,6 +608,9 @@ def make_handler(
             else:
                 try:
                     status, body, location = site.route(method, url.path, query, form)
+                except Stall:
+                    state.log(site=name, method=method, path=url.path, query=query, status=0)
+                    return self.stall(url.path)
                 except (ValueError, KeyError):
                     status, body, location = (
                         400,
@@ -518,6 +619,36 @@ def make_handler(
                     )
             state.log(site=name or host, method=method, path=url.path, query=query, status=status)
             self.respond(status, body.encode(), "text/html; charset=utf-8", location)
+
+        def stall(self, path: str) -> None:
+            """Act out a Hazards answer that is not a page at once."""
+            if path == "/stall":
+                time.sleep(STALL)
+                return
+            if path == "/trickle":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.end_headers()
+                self.wfile.write(b"<!doctype html><html><body><p>The start of a page")
+                self.wfile.flush()
+                time.sleep(STALL)
+                return
+            name = path.rsplit("/", 1)[1]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Disposition", f"attachment; filename={quote(name)}")
+            if name != "big.bin":
+                body = b"A small report.\n"
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.end_headers()
+            chunk = b"\0" * 65536
+            with contextlib.suppress(OSError):  # the browser gave up on it
+                for _ in range(STALL * 100):
+                    self.wfile.write(chunk)
+                    time.sleep(0.01)
 
         def static(self, root: Path, path: str) -> None:
             target = (root / path.lstrip("/")).resolve()
@@ -558,6 +689,8 @@ def main() -> None:
         "dictionary": Dictionary(json.loads((data / "dictionary.json").read_text()), state),
     }
     sites["search"] = Search({}, state, sites)
+    sites["hazards"] = Hazards({}, state)
+    sites["widgets"] = Widgets({}, state)
     miniwob = Path(args.miniwob).resolve() if args.miniwob else None
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(sites, state, miniwob))
     server.daemon_threads = True

@@ -1,6 +1,8 @@
-"""The WebVoyager agent loop as a built-in browser harness: each turn the model sees the task, a
-set-of-marks screenshot and the numbered elements, and replies `Thought: ...` then `Action: ...`
-in WebVoyager's grammar; the loop carries the action out in the sandboxed browser.
+"""The WebVoyager agent loop, the browser benchmarks' built-in agent (not a CLI harness: it
+drives the session directly, so it lives with the benchmarks, above browser_env): each turn the
+model sees the task, a set-of-marks screenshot and the numbered elements, and replies
+`Thought: ...` then `Action: ...` in WebVoyager's grammar; the loop carries the action out in
+the sandboxed browser.
 
 It follows WebVoyager's procedure (vision messages, at most 15 turns, only the last 3 screenshots
 kept in the context, a format error answered with a reminder rather than an action, the episode
