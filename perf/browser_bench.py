@@ -1,22 +1,21 @@
-"""Browser step latency and episode throughput: Pomona's BrowserEnv beside BrowserGym, in one run,
-on the same MiniWoB++ tasks (the `miniwob` package's pages, Debian's Chromium for both).
+"""Pomona's BrowserEnv beside BrowserGym on the same MiniWoB++ tasks: reset and step latency and
+peak memory, with the same observation on both sides (BrowserGym's: screenshot, DOM snapshot,
+accessibility tree and element properties, Pomona's `interface="browsergym"`), Debian's
+Chromium for both.
 
-    python perf/browser_bench.py [--concurrency 1 2 4] [--episodes 8] [--steps 3]
+    python perf/browser_bench.py [--tasks 24] [--steps 3]
 
-One episode is a reset onto a task (a fresh instance drawn) and `--steps` actions, each scrolling
-the window down or up; a step is timed from the action to the next observation with its
-screenshot (Pomona: set-of-marks screenshot, URL and element list; BrowserGym: screenshot, DOM
-snapshot and accessibility tree). Episodes per minute count wall time from the first reset,
-browser start-up included, with `c` episodes running at once:
+A reset is a new episode on a task (a fresh instance drawn); a step scrolls the window down or
+up and is timed from the action to the next observation. Memory is the peak, over the run, of
+the resident memory of the benchmark process and everything it started (Playwright's driver,
+Chromium; on Pomona's side also the sandbox Chromium runs in). One process per side, one
+episode at a time:
 
-    pomona      c threads, each with its own BrowserEnv: Chromium inside a `local` sandbox, driven
-                over CDP through the sandbox's port tunnel (one sandbox serves all of a thread's
-                MiniWoB episodes, as BrowserEnv does)
-    browsergym  c processes (its Playwright instance is process-global), each with its own env:
-                Chromium launched directly on the host, a new browser per reset (as BrowserGym does)
+    pomona      one BrowserEnv: Chromium inside a `local` sandbox, driven over CDP through the
+                sandbox's port tunnel; one browser serves all MiniWoB episodes
+    browsergym  browsergym-core 0.14.3 (in its own venv from perf/browsergym_venv.sh: it pins
+                playwright 1.44): Chromium launched on the host, a new browser per reset
 
-BrowserGym (browsergym-core 0.14.3) pins playwright==1.44, so it runs from its own venv,
-built by perf/browsergym_venv.sh; this script calls itself there for the BrowserGym side.
 Nothing is asserted: the figures go in the README.
 """
 
@@ -24,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,74 +35,87 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM = "/usr/bin/chromium"
+# MiniWoB tasks both sides have and that the package does not mark nondeterministic
 TASKS = (
-    "click-button", "click-link", "enter-text", "focus-text", "login-user", "enter-password",
-    "click-checkboxes", "click-tab",
-)  # fmt: skip  # Pomona's sampled MiniWoB tasks (benchmarks/browser/miniwob.py)
+    "ascending-numbers", "bisect-angle", "buy-ticket", "circle-center", "click-button",
+    "click-button-sequence", "click-checkboxes", "click-checkboxes-large", "click-collapsible",
+    "click-color", "click-dialog", "click-link", "click-menu", "click-option", "click-pie",
+    "click-shades", "click-shape", "click-tab", "click-test", "click-widget", "count-shape",
+    "enter-password", "enter-text", "focus-text", "login-user", "navigate-tree", "read-table",
+    "simple-arithmetic", "social-media", "text-transform",
+)  # fmt: skip
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+def tree_rss(pid: int) -> int:
+    """Resident bytes of `pid` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
 
 
-def shares(episodes: int, workers: int) -> list[list[str]]:
-    """The episodes' tasks, dealt round-robin to the workers."""
-    tasks = [TASKS[i % len(TASKS)] for i in range(episodes)]
-    return [tasks[w::workers] for w in range(workers)]
+class Peak:
+    """Samples this process tree's memory every 0.2 s."""
+
+    def __init__(self) -> None:
+        self.peak, self._stop = 0, threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, tree_rss(os.getpid()))
+
+    def stop(self) -> int:
+        self._stop.set()
+        return max(self.peak, tree_rss(os.getpid()))
 
 
-# --- Pomona -----------------------------------------------------------------------------------
-
-
-def pomona_worker(tasks: list[str], steps: int, state_dir: str, out: list[float]) -> None:
+def pomona_side(tasks: list[str], steps: int) -> dict[str, Any]:
     import gymnasium as gym
 
     import pomona  # noqa: F401 - registers the envs
-
-    env = gym.make("pomona/BrowserEnv-v0", benchmark="miniwob", state_dir=state_dir)
-    try:
-        for n, name in enumerate(tasks):
-            env.reset(seed=n, options={"task": f"miniwob/{name}"})
-            for i in range(steps):
-                t0 = time.perf_counter()
-                _, _, terminated, _, info = env.step(f"Scroll [WINDOW]; {('down', 'up')[i % 2]}")
-                out.append(time.perf_counter() - t0)
-                if terminated:
-                    raise RuntimeError(f"{name}: the episode ended on a scroll: {info}")
-    finally:
-        env.close()
-
-
-def run_pomona(concurrency: int, episodes: int, steps: int) -> dict[str, Any]:
     from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
 
     state = tempfile.mkdtemp(prefix="pomona-browser-bench-")
-    latencies: list[float] = []
-    errors: list[BaseException] = []
-
-    def work(tasks: list[str]) -> None:
-        try:
-            pomona_worker(tasks, steps, state, latencies)
-        except BaseException as e:  # noqa: BLE001 - reported after the join
-            errors.append(e)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=work, args=(s,)) for s in shares(episodes, concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    _close_all()
-    LocalRuntime(state).unmount_store()
-    if errors:
-        raise errors[0]
-    return {"wall": wall, "latencies": latencies}
-
-
-# --- BrowserGym (runs in its own venv) ----------------------------------------------------------
+    peak = Peak()
+    env = gym.make(
+        "pomona/BrowserEnv-v0", benchmark="miniwob", interface="browsergym", state_dir=state,
+        max_steps=steps + 1,
+    )  # fmt: skip
+    resets, latencies = [], []
+    try:
+        for n, name in enumerate(tasks):
+            t0 = time.perf_counter()
+            _, info = env.reset(seed=n, options={"task": f"miniwob/{name}"})
+            resets.append(time.perf_counter() - t0)
+            if "failure" in info:
+                raise RuntimeError(f"{name}: {info}")
+            for i in range(steps):
+                t0 = time.perf_counter()
+                env.step(f"scroll(0, {(200, -200)[i % 2]})")
+                latencies.append(time.perf_counter() - t0)
+    finally:
+        env.close()
+        memory = peak.stop()
+        _close_all()
+        LocalRuntime(state).unmount_store()
+    return {"resets": resets, "steps": latencies, "memory": memory}
 
 
 def use_debian_chromium() -> None:
@@ -120,76 +133,56 @@ def use_debian_chromium() -> None:
     BrowserType.launch = launch_debian  # type: ignore[method-assign]
 
 
-def browsergym_worker(job: tuple[list[str], int]) -> list[float]:
+def browsergym_side(tasks: list[str], steps: int) -> dict[str, Any]:
+    """Inside BrowserGym's venv."""
     import browsergym.miniwob  # noqa: F401 - registers browsergym/miniwob.*
     import gymnasium as gym
+    import miniwob
 
+    os.environ["MINIWOB_URL"] = (Path(miniwob.__file__).parent / "html" / "miniwob").as_uri() + "/"
     use_debian_chromium()
-    tasks, steps = job
-    latencies: list[float] = []
+    peak = Peak()
+    resets, latencies = [], []
     for n, name in enumerate(tasks):
         env = gym.make(f"browsergym/miniwob.{name}")
         try:
+            t0 = time.perf_counter()
             env.reset(seed=n)
+            resets.append(time.perf_counter() - t0)
             for i in range(steps):
                 t0 = time.perf_counter()
-                _, _, terminated, _, info = env.step(f"scroll(0, {(200, -200)[i % 2]})")
+                env.step(f"scroll(0, {(200, -200)[i % 2]})")
                 latencies.append(time.perf_counter() - t0)
-                if terminated:
-                    raise RuntimeError(f"{name}: the episode ended on a scroll: {info}")
         finally:
             env.close()
-    return latencies
+    return {"resets": resets, "steps": latencies, "memory": peak.stop()}
 
 
-def browsergym_side(concurrency: int, episodes: int, steps: int) -> None:
-    """Inside BrowserGym's venv: c processes, then one JSON line."""
-    import multiprocessing
-    import os
-
-    import miniwob
-
-    root = Path(miniwob.__file__).parent / "html" / "miniwob"
-    os.environ["MINIWOB_URL"] = root.as_uri() + "/"
-    jobs = [(s, steps) for s in shares(episodes, concurrency)]
-    t0 = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(concurrency) as pool:
-        results = pool.map(browsergym_worker, jobs)
-    wall = time.perf_counter() - t0
-    print(json.dumps({"wall": wall, "latencies": [x for r in results for x in r]}))
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_browsergym(python: str, concurrency: int, episodes: int, steps: int) -> dict[str, Any]:
-    argv = [python, __file__, "--side", "browsergym", "--concurrency", str(concurrency),
-            "--episodes", str(episodes), "--steps", str(steps)]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the BrowserGym side failed: {proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-# --- the table ----------------------------------------------------------------------------------
-
-
-def row(system: str, concurrency: int, episodes: int, result: dict[str, Any]) -> str:
-    ms = [x * 1000 for x in result["latencies"]]
-    per_minute = episodes / result["wall"] * 60
+def row(system: str, result: dict[str, Any]) -> str:
+    resets = [x * 1000 for x in result["resets"]]
+    steps = [x * 1000 for x in result["steps"]]
     return (
-        f"{system:<11} {concurrency:>11} {episodes:>8} {result['wall']:>7.1f} {per_minute:>12.1f} "
-        f"{statistics.median(ms):>11.0f} {percentile(ms, 0.9):>11.0f}"
+        f"| {system} | {len(resets)} | {statistics.median(resets):.0f} ms | "
+        f"{statistics.median(steps):.0f} ms | {percentile(steps, 0.9):.0f} ms | "
+        f"{result['memory'] / 2**20:.0f} MiB |"
     )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--episodes", type=int, default=8, help="episodes per concurrency level")
-    p.add_argument("--steps", type=int, default=3, help="actions per episode")
+    p.add_argument("--tasks", type=int, default=24, help=f"how many of the {len(TASKS)} tasks")
+    p.add_argument("--steps", type=int, default=3, help="scroll steps per episode")
     p.add_argument("--side", choices=["browsergym"], help=argparse.SUPPRESS)
     p.add_argument("--browsergym-python", help="default: built by perf/browsergym_venv.sh")
     args = p.parse_args()
+    tasks = list(TASKS[: args.tasks])
     if args.side == "browsergym":
-        browsergym_side(args.concurrency[0], args.episodes, args.steps)
+        print(json.dumps(browsergym_side(tasks, args.steps)))
         return
     python = (
         args.browsergym_python
@@ -199,14 +192,16 @@ def main() -> None:
         .stdout.strip()
         .splitlines()[-1]
     )
-    print(f"{args.episodes} MiniWoB episodes per level, {args.steps} scroll steps each; "
-          f"Chromium {CHROMIUM}\n")  # fmt: skip
-    print(f"{'system':<11} {'concurrency':>11} {'episodes':>8} {'wall s':>7} {'episodes/min':>12} "
-          f"{'step p50 ms':>11} {'step p90 ms':>11}")  # fmt: skip
-    for c in args.concurrency:
-        print(row("pomona", c, args.episodes, run_pomona(c, args.episodes, args.steps)), flush=True)
-        bg = run_browsergym(python, c, args.episodes, args.steps)
-        print(row("browsergym", c, args.episodes, bg), flush=True)
+    argv = [python, __file__, "--side", "browsergym", "--tasks", str(args.tasks),
+            "--steps", str(args.steps)]  # fmt: skip
+    print(f"{len(tasks)} MiniWoB tasks, {args.steps} scroll steps each; Chromium {CHROMIUM}\n")
+    print("| system | episodes | reset p50 | step p50 | step p90 | peak memory |")
+    print("|---|---|---|---|---|---|")
+    print(row("Pomona BrowserEnv (browsergym interface)", pomona_side(tasks, args.steps)))
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the BrowserGym side failed: {proc.stderr[-3000:]}")
+    print(row("BrowserGym 0.14.3", json.loads(proc.stdout.strip().splitlines()[-1])))
 
 
 if __name__ == "__main__":

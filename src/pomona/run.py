@@ -163,7 +163,7 @@ def run_benchmark(
         tasks = [t for t in tasks if t.id in task_ids]
         if not tasks:
             raise KeyError(f"none of {task_ids} is in {benchmark}")
-    if benchmark in registry.BROWSER:
+    if registry.is_browser(benchmark):
         if image:
             raise ValueError(
                 f"--image does not apply to {benchmark}: its episodes run in the browser's own "
@@ -176,7 +176,7 @@ def run_benchmark(
     )
     bar = Progress(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
     try:
-        if benchmark in registry.BROWSER:
+        if registry.is_browser(benchmark):
             from pomona.benchmarks.browser import runner
 
             records = runner.run_benchmark(
@@ -339,7 +339,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")
     print("\nthis run:")
     print(leaderboard.format_table(result.summaries))
-    if args.judge and args.benchmark in registry.BROWSER:
+    if args.judge and registry.is_browser(args.benchmark):
         from pomona.benchmarks.browser.runner import judge_agreement
 
         print(

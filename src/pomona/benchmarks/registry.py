@@ -10,6 +10,7 @@
     miniwob                    MiniWoB++'s sampled tasks in real Chromium (offline)
     webvoyager-local           the local sites' tasks, WebVoyager's schema (also deepshop-local,
                                mind2web-local); these run with the WebVoyager loop by default
+    webvoyager:PATH            a WebVoyager checkout: its 643 tasks on the live web, its judge
     claw-eval-local            Claw-Eval task.yaml tasks shipped with Pomona (mock services, MCP);
     claw-eval:PATH             a directory of Claw-Eval task directories; Claw-Eval's own loop
                                (`claw-eval` harness) by default
@@ -43,10 +44,14 @@ LOCAL = (
 )
 
 
+def is_browser(name: str) -> bool:
+    return name in BROWSER or name.partition(":")[0] == "webvoyager"
+
+
 def natural_harness(name: str) -> str:
     """The harness a benchmark runs with when none is named."""
     claw = name.removesuffix("-local").partition(":")[0]
-    return "webvoyager" if name in BROWSER else CLAW.get(claw, "pi")
+    return "webvoyager" if is_browser(name) else CLAW.get(claw, "pi")
 
 
 def load(
@@ -73,6 +78,10 @@ def load(
         from pomona.benchmarks.browser import suite
 
         return suite.load(name)
+    if kind == "webvoyager" and path:
+        from pomona.benchmarks.browser import official
+
+        return official.webvoyager_tasks(path)
     claw = name.removesuffix("-local") if name.endswith("-local") else kind
     if claw in CLAW and (name.endswith("-local") or path):
         from pomona.benchmarks.claw import load as load_claw

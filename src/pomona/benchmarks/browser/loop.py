@@ -144,6 +144,7 @@ class WebVoyagerAgent:
     keep_screenshots: int = 3
     temperature: float = 1.0
     max_tokens: int = 1000
+    system_prompt: str = SYSTEM_PROMPT  # or the benchmark's own (WebVoyager's prompts.py)
 
     def _observation(self, obs: Observation, prefix: str = "") -> dict[str, Any]:
         text = prefix + OBSERVATION.format(url=obs.url, elements=obs.text or "(none)")
@@ -176,7 +177,7 @@ class WebVoyagerAgent:
         obs = session.observe()
         out.screenshots.append(obs.screenshot)
         first = self._observation(obs, FIRST_TURN.format(task=instruction, web=web))
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}, first]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt}, first]
         for _ in range(self.max_iter):
             self._clip(messages)
             reply = chat(

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks.browser import judges, layouts, suite
+from pomona.benchmarks.browser import judges, layouts, official, suite
 from pomona.benchmarks.browser import loop as webvoyager
-from pomona.benchmarks.task import Task
+from pomona.benchmarks.task import Score, Task, VerifierError
 from pomona.browser_env import actions
 from pomona.browser_env import image as browser_image
 from pomona.browser_env.bridge import PYTHON_HARNESS, McpBridge
@@ -46,6 +46,7 @@ from pomona.gym.episode import (
     ensure_harness,
     save_artifacts,
 )
+from pomona.harnesses.base import API_KEY
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get as get_harness
 from pomona.harnesses.runner import run as run_harness
@@ -202,6 +203,10 @@ def play_webvoyager(
     ep = open_agent_episode(run, task, attempt, script, model)
     record.episode = ep["key"]
     agent = webvoyager.WebVoyagerAgent(ep["base_url"], model, max_iter=run.max_steps)
+    if task.metadata.get("official") == official.WEBVOYAGER:  # the checkout's own prompt
+        agent.system_prompt = official.WebVoyagerCheckout(
+            Path(task.metadata["checkout"])
+        ).system_prompt()
     record.harness_started_at = time.time()
     return agent.run(
         session, instruction, task.metadata["web"], ended=lambda: suite.ended(session, task)
@@ -278,10 +283,13 @@ def run_episode(run: BrowserRun, task: Task, attempt: int = 0) -> EpisodeRecord:
     record = EpisodeRecord(
         "", task.id, task.benchmark, run.harness, run.model, attempt, started_at=time.time()
     )
+    options = run.options
+    if task.environment.network == "full" and run.harness == NATURAL_HARNESS:
+        options = dataclasses.replace(options, network="full")  # an official set's live web
     session = BrowserSession(
         run.client,
         web=suite.web_for(task),
-        options=run.options,
+        options=options,
         labels={"run": run.run_id, "task": task.id[:63]},
     )
     play = play_webvoyager if run.harness == NATURAL_HARNESS else play_harness
@@ -294,7 +302,10 @@ def run_episode(run: BrowserRun, task: Task, attempt: int = 0) -> EpisodeRecord:
         record.timings["harness"] = time.monotonic() - t1
         record.final_answer, record.calls = result.answer, result.turns
         t2 = time.monotonic()
-        score = suite.grade(session, task, result.answer)
+        if task.metadata.get("official"):
+            score = judge_official(run, task, record.episode, result)
+        else:
+            score = suite.grade(session, task, result.answer)
         details = dict(score.details)
         if run.judge_model and task.benchmark in judges.JUDGE_OF:
             kind = judges.JUDGE_OF[task.benchmark]
@@ -315,6 +326,8 @@ def run_episode(run: BrowserRun, task: Task, attempt: int = 0) -> EpisodeRecord:
         write_layouts(run, task, result)
     except (BrowserInfraError, webvoyager.AgentFailure, HarnessFailure) as e:
         record.failure_kind, record.failure_message = e.kind, str(e)
+    except VerifierError as e:  # no trustworthy verdict: never a 0
+        record.failure_kind, record.failure_message = "verifier", str(e)
     except Exception as e:  # noqa: BLE001 - one attempt's failure is its record
         record.failure_kind, record.failure_message = "harness", f"{type(e).__name__}: {e}"
     finally:
@@ -329,6 +342,32 @@ def run_episode(run: BrowserRun, task: Task, attempt: int = 0) -> EpisodeRecord:
         if record.episode:
             close_episode(run.link, record)
     return record
+
+
+def judge_official(
+    run: BrowserRun, task: Task, agent_key: str, result: webvoyager.AgentResult
+) -> Score:
+    """An official set's verdict: its own judge code from the checkout, over the trajectory
+    written in its layout, through a recorded proxy episode of its own."""
+    if not run.judge_model or run.results is None:
+        raise VerifierError(f"{task.benchmark} is graded by its own judge only: name --judge M")
+    write_layouts(run, task, result)
+    chat = judge_chat(run, task, agent_key, "webvoyager-official")
+    folder = run.results / "webvoyager" / f"task{task.id}"
+    client = official.JudgeClient(chat.base_url, API_KEY)
+    verdict = official.judge_webvoyager_layout(
+        task.metadata["checkout"], folder, client, chat.model
+    )
+    if verdict["label"] is None:
+        raise VerifierError(
+            f"the judge gave no verdict (neither SUCCESS nor NOT SUCCESS) for {task.id}"
+        )
+    label = int(verdict["label"])
+    return Score(
+        reward=float(label),
+        resolved=label == 1,
+        details={"judge": {**verdict, "episode": chat.key}},
+    )
 
 
 def run_all(

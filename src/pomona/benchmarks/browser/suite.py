@@ -45,7 +45,10 @@ def web_for(task: Task) -> LocalWeb:
 
 
 def allowed(task: Task) -> tuple[str, ...]:
-    """The origins the agent may go to: MiniWoB's own pages, or the local web."""
+    """The origins the agent may go to: MiniWoB's own pages, the local web, or (an official set
+    on the live web) any http(s) origin."""
+    if task.metadata.get("official"):
+        return ()
     if is_miniwob(task):
         return (f"http://miniwob.{LOCAL_DOMAIN}",)
     return (f"http://*.{LOCAL_DOMAIN}",)
