@@ -157,27 +157,41 @@ def recorded(gym_state: str, session_dir: Path) -> Path:
     return runs
 
 
-def two_turn_episode(model_dir: Path, runs: Path, *, command: str = "ls", reward: float = 1.0,
-                     temperature: float = 0.0) -> str:  # fmt: skip
-    """One episode (task t/run) of two calls to the local model through the recording proxy,
-    made with the real openai SDK the way a harness makes them: the reply appended, then the
-    tool's result (or a user nudge when the model called no tool)."""
+def sdk_episode(model_dir: Path, runs: Path, starts: list[list[dict]], *, turns: int = 2,
+                reward: float = 1.0, route: dict | None = None, model: str = "tiny",
+                temperature: float | None = 0.0, run: str = "sdk") -> str:  # fmt: skip
+    """One episode (task t/run) of calls to the local model through the recording proxy, made
+    with the real openai SDK the way a harness makes them: for each conversation in `starts`,
+    `turns` calls, each reply appended, then the tool's result (or a user nudge when the model
+    called no tool). A second start is the harness rewriting its history (compaction)."""
     import openai
 
     with LocalModelServer(LocalModel(model_dir, max_new_tokens=48)) as server, \
             ProxyServer(ProxyConfig(trajectories=runs)) as proxy:  # fmt: skip
-        proxy.config.models.append(ModelRoute.from_entry({"model_name": "tiny", "litellm_params": {
-            "model": "hosted_vllm/tiny", "api_base": f"{server.url}/v1", "api_key": "x"}}))  # fmt: skip
-        ep = proxy.open_episode(model="tiny", metadata={"task": "t/run", "harness": "sdk"})
+        proxy.config.models.append(ModelRoute.from_entry({"model_name": model, "litellm_params": {
+            "model": "hosted_vllm/tiny", "api_base": f"{server.url}/v1", "api_key": "x"},
+            **(route or {})}))  # fmt: skip
+        ep = proxy.open_episode(
+            model=model, metadata={"task": "t/run", "harness": "sdk", "run": run}
+        )
         client = openai.OpenAI(base_url=ep["base_url"], api_key="x")
-        messages = tool_conversation(command)[:2]
-        for _ in range(2):
-            r = client.chat.completions.create(
-                model="tiny", messages=messages, tools=TOOLS, temperature=temperature, seed=0
-            )
-            reply = r.choices[0].message
-            messages.append(reply.model_dump(exclude_none=True, exclude={"annotations"}))
-            messages.append({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "a.txt"}
-                            if reply.tool_calls else {"role": "user", "content": "And now?"})  # fmt: skip
+        sampling = {} if temperature is None else {"temperature": temperature}
+        for start in starts:
+            messages = list(start)
+            for _ in range(turns):
+                r = client.chat.completions.create(
+                    model=model, messages=messages, tools=TOOLS, seed=0, **sampling
+                )
+                reply = r.choices[0].message
+                messages.append(reply.model_dump(exclude_none=True, exclude={"annotations"}))
+                messages.append({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "a.txt"}
+                                if reply.tool_calls else {"role": "user", "content": "And now?"})  # fmt: skip
         proxy.close_episode(ep["key"], reward=reward, resolved=reward > 0)
     return ep["key"]
+
+
+def two_turn_episode(model_dir: Path, runs: Path, *, command: str = "ls", reward: float = 1.0,
+                     temperature: float = 0.0) -> str:  # fmt: skip
+    """One conversation of two calls (see sdk_episode)."""
+    return sdk_episode(model_dir, runs, [tool_conversation(command)[:2]], reward=reward,
+                       temperature=temperature)  # fmt: skip

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from trl.data_utils import is_conversational, maybe_apply_chat_template
 
 from pomona.cli import main
-from pomona.trainer import orchard
+from pomona.trainer import graph, orchard
 from pomona.trainer.episodes import Filters, load
 from pomona.trainer.export import export
 
@@ -80,9 +80,10 @@ def test_orchard_export_round_trips_and_gui_imports(sft_exports, recorded, tmp_p
     assert table.schema.equals(orchard.SWE)
     rows = orchard.load(sft_exports["orchard"])
     assert {r["metadata"]["verify_status"] for r in rows} == {"resolved"}
-    by_key = {ep.key: ep.conversation() for ep in load(recorded)}
+    by_key = {ep.key: graph.build(ep).conversations()[0] for ep in load(recorded)}
     for r in rows:
-        messages, tools = by_key[r["metadata"]["episode"]]
+        conv = by_key[r["metadata"]["episode"]]
+        messages, tools = conv.messages, conv.tools
         assert [orchard.swe_message(m) for m in r["messages"]] == [
             orchard.swe_message(m) for m in messages
         ]
@@ -108,9 +109,11 @@ def test_orchard_export_round_trips_and_gui_imports(sft_exports, recorded, tmp_p
 
 def test_rl_exports_carry_tokens_masks_and_rewards(recorded, tiny_model, tmp_path):
     tokenizer = str(tiny_model)
-    for fmt in ("hf", "trl", "verl", "slime"):
+    for fmt in ("hf", "verl", "slime"):
         report = export("rl", recorded, fmt, tmp_path / fmt, tokenizer=tokenizer, discount=0.5)
-        assert report.counts["rules"] == {"merged": 2, "per_call": 3}  # mini, claude; pi's calls
+        assert report.counts["rules"] == {"merged": 2, "branched": 3}  # mini, claude; pi's calls
+    report = export("rl", recorded, "trl", tmp_path / "trl")  # conversational: no tokens needed
+    assert report.counts["calls"] == report.rows == sum(len(e.turns) for e in load(recorded))
     hf = datasets.load_from_disk(str(tmp_path / "hf"))
     for row in hf:
         assert len(row["input_ids"]) == len(row["loss_mask"]) and sum(row["loss_mask"]) > 0
@@ -166,7 +169,7 @@ def test_export_refusals_and_the_command_line(recorded, tmp_path, capsys):
     assert main(["export", "rl", "--runs", str(recorded), "--format", "verl", "--out", str(out),
                  "--harness", "pi", "--harness", "mini-swe-agent", "--resolved"]) == 0  # fmt: skip
     printed = json.loads(capsys.readouterr().out)
-    assert printed["episodes"] == 2 and printed["rules"] == {"per_call": 3, "merged": 1}
+    assert printed["episodes"] == 2 and printed["rules"] == {"branched": 3, "merged": 1}
     assert (
         main(
             ["export", "sft", "--runs", str(tmp_path / "nope"), "--format", "hf", "--out", str(out)]

@@ -1,5 +1,5 @@
 """Samples from recorded calls: merged when each prompt extends the previous prompt+completion,
-per call otherwise; drift flagged when re-rendering would change what the model saw."""
+branched where the history was rewritten; drift flagged when re-rendering would change what the model saw."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from transformers import AutoTokenizer
 import pomona.gym
 from pomona import trajectories
 from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer
+from pomona.trainer import graph
 from pomona.trainer.episodes import Filters, load
-from pomona.trainer.samples import MERGED, PER_CALL, samples
+from pomona.trainer.samples import BRANCHED, MERGED, samples
 
 # the session fixtures (harness recordings, a tiny model's SFT run) are set up inside the first
 # test's time; on a busy shared 2-core machine that can exceed the suite-wide 300 s
@@ -50,17 +51,33 @@ def test_recorded_tokens_merge_or_split_as_the_proxy_judged(recorded, tiny_model
         lp for turn in mini.turns for lp in turn.logprobs]  # fmt: skip
     assert s.drift is None  # no tokenizer given: nothing to compare
 
-    # pi sends tool-call arguments back re-serialised: the proxy saw the prefix break, and the
-    # samples are one per call, the reward discounted back from the last
+    # pi sends tool-call arguments back re-serialised: the proxy saw the prefix break, and each
+    # call is a branch of its own whose lineage says where the history was rewritten; the
+    # reward is discounted back from the last call
     pi = eps["pi"]
     assert verdicts["pi"][0] is True and False in verdicts["pi"]
     per_call = samples(pi, discount=0.5)
     n = len(pi.turns)
-    assert [x.rule for x in per_call] == [PER_CALL] * n
+    assert [x.rule for x in per_call] == [BRANCHED] * n
     assert [x.reward for x in per_call] == [0.5 ** (n - 1 - i) for i in range(n)]
     for x, turn in zip(per_call, pi.turns, strict=True):
         assert x.input_ids == turn.prompt_ids + turn.completion_ids
         assert sum(x.loss_mask) == len(turn.completion_ids) == x.response_length
+    first, second = pi.turns[0], pi.turns[1]
+    lineage = per_call[1].lineage
+    assert (lineage.kind, lineage.call, lineage.parent_branch) == ("rewrite", first.sequence, 0)
+    assert len(first.prompt_ids) < lineage.shared < len(first.prompt_ids + first.completion_ids)
+    # the conversation is one all the same: the re-serialised reply says what the model said,
+    # and the conversational exports take the model's own reply, not pi's copy of it
+    g = graph.build(pi)
+    assert g.node(second.sequence).follows == first.sequence
+    assert g.node(second.sequence).resent == "reserialised"
+    (conv,) = g.conversations()
+    replies = [m for m in conv.messages if m["role"] == "assistant"]
+    resent = second.messages[len(first.messages)]
+    own = first.reply["tool_calls"][0]["function"]["arguments"]
+    assert replies[0]["tool_calls"][0]["function"]["arguments"] == own
+    assert resent["tool_calls"][0]["function"]["arguments"] != own  # pi's compact copy
 
 
 def test_calls_without_token_ids_are_rendered_by_the_tokenizer(
@@ -68,7 +85,7 @@ def test_calls_without_token_ids_are_rendered_by_the_tokenizer(
 ):
     claude = by_harness(recorded)["claude-code"]
     assert claude.turns[0].dialect == "anthropic" and not claude.turns[0].has_tokens
-    with pytest.raises(ValueError, match="no token ids"):
+    with pytest.raises(graph.NoTokens, match="no token ids"):
         samples(claude)
     # a template that round-trips: the rendered turns extend each other, one merged sample
     (merged,) = samples(claude, AutoTokenizer.from_pretrained(str(tiny_model)))
@@ -81,7 +98,7 @@ def test_calls_without_token_ids_are_rendered_by_the_tokenizer(
     assert sum(merged.loss_mask) > 0
     # the same episode under a template that drops earlier reasoning blocks: one per call
     split = samples(claude, AutoTokenizer.from_pretrained(str(drop_think_model)))
-    assert [x.rule for x in split] == [PER_CALL] * len(claude.turns)
+    assert [x.rule for x in split] == [BRANCHED] * len(claude.turns)
 
 
 def test_drift_is_flagged_on_a_template_that_does_not_round_trip(
@@ -97,8 +114,8 @@ def test_drift_is_flagged_on_a_template_that_does_not_round_trip(
     (ep,) = load(tmp_path / "drop-think")
     tokenizer = AutoTokenizer.from_pretrained(str(drop_think_model))
     split = samples(ep, tokenizer)
-    assert [x.rule for x in split] == [PER_CALL, PER_CALL]
-    # the first call's prompt ended with the empty think block; re-rendering the episode drops
+    assert [x.rule for x in split] == [BRANCHED, BRANCHED]
+    # the first call's prompt ended with the empty think block; re-rendering the conversation drops
     # it, so a re-rendering trainer would be off exactly there
     first = ep.turns[0]
     think = tokenizer.convert_tokens_to_ids("<think>")

@@ -12,6 +12,7 @@
             token_ids: true                     # ask it for token ids and logprobs
             timeouts: {connect: 5, read: 120, total: 900}   # seconds; null: no limit
             kind: litellm                       # which upstream module serves it
+            pin: {temperature: 1.0, max_tokens: 512, seed: per_call}   # sampling.py
 
 A caller whose dialect the upstream speaks natively is passed through unchanged; any other
 dialect is translated by LiteLLM. `kind` picks the module that talks to the upstream
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 import yaml
+
+from pomona.proxy.sampling import Pin
 
 SCRIPTED = "scripted"
 
@@ -88,6 +91,7 @@ class ModelRoute:
     token_ids: bool
     timeouts: Timeouts = Timeouts()
     kind: str = DEFAULT_KIND
+    pin: Pin | None = None  # sampling forced or refused for every call (sampling.py)
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any], timeouts: Timeouts | None = None) -> ModelRoute:
@@ -105,7 +109,11 @@ class ModelRoute:
         limits = Timeouts.parse(params.pop("timeout", None), timeouts)  # LiteLLM's own key: total
         limits = Timeouts.parse(extra.get("timeouts"), limits)
         kind = str(extra.get("kind", DEFAULT_KIND))
-        return cls(name, params, dialects, token_ids, limits, kind)
+        try:
+            pin = Pin.parse(extra.get("pin"))
+        except ValueError as e:
+            raise ValueError(f"model_list entry {name!r}: {e}") from None
+        return cls(name, params, dialects, token_ids, limits, kind, pin)
 
     @property
     def provider(self) -> str:

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from fastapi import Request, Response
 
-from pomona.proxy import capture, relay, schemas, scripted
-from pomona.proxy.config import SCRIPTED
+from pomona.proxy import capture, relay, sampling, schemas, scripted
+from pomona.proxy.config import SCRIPTED, ModelRoute
 from pomona.proxy.dependencies import json_object, read_body
 from pomona.proxy.dialects import Dialect
 from pomona.proxy.episodes import Episode
@@ -74,6 +74,9 @@ async def _serve(
     finally:
         capture.exchange.reset(token)
     call.route(model, outcome.upstream, outcome.upstream_dialect)
+    sent = call.exchange.request_body if call.exchange.url is not None else None
+    pin = call.upstream.pin if call.upstream is not None else None
+    call.row.update(sampling.columns(pin, outcome.upstream_dialect, sent, model=model, side=side))
     if outcome.stream is None:
         return relay.whole(call, dialect, outcome)
     return relay.RecordedStream(call, dialect, outcome)
@@ -116,10 +119,31 @@ def _answerer(
         raise BadRequest(
             404, f"model {model!r} is not in the proxy's model list", "model_not_found"
         )
+    body, raw = _pinned(route, dialect, body, raw, side)
     upstream_call = call.upstream = UpstreamCall(
-        route, dialect, raw, body, dict(request.headers), request.url.query
+        route, dialect, raw, body, dict(request.headers), request.url.query, pin=route.pin
     )
     return route.path_for(dialect.name), lambda: state.upstreams.call(upstream_call)
+
+
+def _pinned(
+    route: ModelRoute, dialect: Dialect, body: dict[str, Any], raw: bytes, side: bool
+) -> tuple[dict[str, Any], bytes]:
+    """The request with its route's pinned sampling written in (raises PinRefused for a value
+    the pin refuses). A seed reaches only a chat-speaking engine: in the body of a chat call,
+    through LiteLLM's extra body for a call it translates."""
+    from pomona.proxy.translation import wire_dialect
+
+    if route.pin is None:
+        return body, raw
+    if dialect.name == "chat":
+        seed_to: str | None = "body"
+    elif route.path_for(dialect.name) != "passthrough" and wire_dialect(route) == "chat":
+        seed_to = "extra_body"
+    else:
+        seed_to = None
+    pinned = sampling.apply(route.pin, dialect.name, body, side=side, seed_to=seed_to)
+    return (body, raw) if pinned is body else (pinned, json.dumps(pinned).encode())
 
 
 async def until_client_leaves(request: Request, work: Awaitable[T]) -> T:

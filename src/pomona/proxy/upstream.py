@@ -34,6 +34,7 @@ import anyio
 from pomona.proxy.config import ModelRoute, ProxyConfig
 from pomona.proxy.dialects import Dialect
 from pomona.proxy.errors import UpstreamError, timed_out
+from pomona.proxy.sampling import Pin
 
 __all__ = [
     "KINDS",
@@ -56,6 +57,7 @@ class UpstreamCall:
     body: dict[str, Any]
     headers: dict[str, str]
     query: str = ""
+    pin: Pin | None = None  # the route's pinned sampling, already written into `body`
     started: float | None = None  # perf_counter when the kind was called (after its warm-up)
     first_byte: float | None = None  # perf_counter when its answer, or a stream's first chunk, came
 

@@ -40,6 +40,10 @@ class Turn:
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    sampling: dict[str, Any] | None = None  # the sampling parameters sent to the engine
+    pinned: bool | None = None  # made under its model's pinned sampling (None: no pin)
+    pinned_reason: str | None = None
+    model: str | None = None
 
     @property
     def tokens(self) -> tuple[list[int], list[int]] | None:
@@ -144,6 +148,10 @@ def turn_of(row: dict[str, Any]) -> Turn | None:
         prompt_ids=row.get("prompt_token_ids"),
         completion_ids=row.get("completion_token_ids"),
         logprobs=row.get("completion_logprobs"),
+        sampling=_json(row.get("sampling")),
+        pinned=row.get("sampling_pinned"),
+        pinned_reason=row.get("sampling_pinned_reason"),
+        model=row.get("model"),
     )
 
 

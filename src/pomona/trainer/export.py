@@ -23,6 +23,7 @@ Every export also writes `pomona-export.json`: what was exported, from where, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import Counter
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pomona.trainer import orchard
+from pomona.trainer import graph as graphs
+from pomona.trainer import onpolicy, orchard
 from pomona.trainer.advantages import groups
 from pomona.trainer.episodes import Episode, Filters, load
 from pomona.trainer.samples import TokenSample, samples
@@ -73,11 +75,17 @@ def _first_assistant(messages: list[dict]) -> int:
 
 
 def sft_rows(episodes: Iterable[Episode]) -> list[dict[str, Any]]:
+    """One row per conversation of each episode's graph: the assistant turns as the upstream
+    returned them, tool-call arguments as objects."""
     rows = []
     for ep in episodes:
-        messages, tools = ep.conversation()
-        if messages:
-            rows.append({"messages": messages, "tools": tools, "metadata": _meta(ep)})
+        for conv in graphs.build(ep).conversations():
+            rows.append({
+                "messages": [graphs.with_object_arguments(m) for m in conv.messages],
+                "tools": conv.tools,
+                "metadata": _meta(ep) | {"calls": conv.calls, "shared_calls": conv.shared,
+                                         "unverified_assistant_messages": conv.unverified},
+            })  # fmt: skip
     return rows
 
 
@@ -94,13 +102,8 @@ def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def _uniform(messages: list[dict]) -> list[dict]:
-    """Messages with every field present, so a column of them has one Arrow type."""
-    return [orchard.swe_message(m) for m in messages]
-
-
 def write_sft(rows: list[dict[str, Any]], fmt: str, out: Path) -> None:
-    if fmt == "orchard":
+    if fmt == "orchard":  # Orchard's schema: every field a string, arguments JSON text
         orchard.write_swe(
             [orchard.swe_row(r["messages"], r["tools"], r["metadata"]) for r in rows],
             out / "train.parquet",
@@ -110,29 +113,21 @@ def write_sft(rows: list[dict[str, Any]], fmt: str, out: Path) -> None:
 
         datasets.Dataset.from_list(
             [
-                {
-                    "messages": _uniform(r["messages"]),
-                    "tools": json.dumps(r["tools"]),
-                    **r["metadata"],
-                }
+                {"messages": r["messages"], "tools": json.dumps(r["tools"]), **r["metadata"]}
                 for r in rows
-            ]
+            ]  # fmt: skip
         ).save_to_disk(str(out))
-    elif fmt == "trl":
+    elif fmt == "trl":  # TRL decodes tools given as JSON text; arguments stay objects
         _write_jsonl(
             ({"messages": r["messages"], "tools": json.dumps(r["tools"])} for r in rows),
             out / "train.jsonl",
         )
-    elif fmt == "verl":
+    elif fmt == "verl":  # MultiTurnSFTDataset hands messages and tools to the template as read
         _write_parquet(
             [
-                {
-                    "messages": _uniform(r["messages"]),
-                    "tools": json.dumps(r["tools"]),
-                    "extra_info": r["metadata"],
-                }
+                {"messages": r["messages"], "tools": r["tools"], "extra_info": r["metadata"]}
                 for r in rows
-            ],
+            ],  # fmt: skip
             out / "train.parquet",
         )
     elif fmt == "slime":
@@ -140,7 +135,7 @@ def write_sft(rows: list[dict[str, Any]], fmt: str, out: Path) -> None:
                        "label": r["metadata"]["verify_status"], "metadata": r["metadata"]}
                       for r in rows), out / "train.jsonl")  # fmt: skip
     else:
-        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+        raise graphs.TrainingDataError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
 # --- rl -----------------------------------------------------------------------------------------
@@ -163,15 +158,13 @@ def rl_samples(
 ) -> list[RLSample]:
     """Samples of every episode, each with its episode's group-normalised advantage (attempts at
     the same task form a group; None where the group does not vary)."""
-    advantage: dict[str, float | None] = {}
-    for g in groups(episodes, key=lambda e: e.task, reward=lambda e: e.reward):
-        for ep in g.members + g.excluded:
-            advantage[ep.key] = g.advantage_of(ep)
+    advantage = episode_advantages(episodes)
     out: list[RLSample] = []
     for ep in episodes:
         if drop_zero_variance and advantage.get(ep.key) is None:
             continue
         for s in samples(ep, tokenizer, discount=discount):
+            s.set_advantage(advantage.get(ep.key))
             out.append(RLSample(s, advantage.get(ep.key), len(out), ep.task))
     return out
 
@@ -221,28 +214,49 @@ def _flat(r: RLSample) -> dict[str, Any]:
         "input_ids": s.input_ids, "loss_mask": s.loss_mask, "logprobs": s.logprobs,
         "reward": s.reward, "advantage": r.advantage, "group": r.group, "rule": s.rule,
         "tokens": s.tokens, "drift": s.drift, "drift_detail": s.drift_detail,
-        "episode": s.episode, "task": s.task, "turns": s.turns,
+        "episode": s.episode, "task": s.task, "turns": s.turns, "branch": s.branch,
+        "context": s.context, "advantages": s.advantages,
+        "lineage": None if s.lineage is None else json.dumps(dataclasses.asdict(s.lineage)),
+        "sampling": json.dumps({str(c): v for c, v in s.sampling.items()}),
         "harness": s.metadata.get("harness"), "model": s.metadata.get("model"),
         "resolved": s.metadata.get("resolved"),
     }  # fmt: skip
 
 
-def _trl(r: RLSample) -> dict[str, Any]:
-    s = r.sample
-    cut = _first_assistant(s.messages)
-    return {
-        "prompt": s.messages[:cut],
-        "completion": s.messages[cut:],
-        "tools": json.dumps(s.tools),
-        "label": bool(s.reward and s.reward > 0),
-        "reward": s.reward,
-        "advantage": r.advantage,
-    }
+def trl_rows(episodes: list[Episode], advantage: dict[str, float | None],
+             discount: float = 1.0) -> list[dict[str, Any]]:  # fmt: skip
+    """TRL's conversational prompt/completion rows, one per policy call: the prompt is what the
+    model was shown for that call, the completion its own reply as the upstream returned it
+    (never the tool output or earlier turns that follow it in the harness's history)."""
+    rows = []
+    for ep in episodes:
+        n = len(ep.turns)
+        for i, turn in enumerate(ep.turns):
+            reward = None if ep.reward is None else ep.reward * discount ** (n - 1 - i)
+            rows.append({
+                "prompt": [graphs.with_object_arguments(m) for m in turn.messages],
+                "completion": [graphs.with_object_arguments(turn.reply)],
+                "tools": json.dumps(turn.tools),
+                "label": bool(reward and reward > 0), "reward": reward,
+                "advantage": advantage.get(ep.key), "episode": ep.key, "call": turn.sequence,
+                "task": ep.task, "group": ep.task,
+            })  # fmt: skip
+    return rows
+
+
+def episode_advantages(episodes: list[Episode]) -> dict[str, float | None]:
+    """Each episode's group-normalised advantage (attempts at one task form a group)."""
+    advantage: dict[str, float | None] = {}
+    for g in groups(episodes, key=lambda e: e.task, reward=lambda e: e.reward):
+        for ep in g.members + g.excluded:
+            advantage[ep.key] = g.advantage_of(ep)
+    return advantage
 
 
 def write_rl(items: list[RLSample], fmt: str, out: Path) -> None:
+    """Token samples in `fmt` (trl's rows are conversational: `trl_rows`)."""
     if fmt == "orchard":
-        raise ValueError(
+        raise graphs.TrainingDataError(
             "the Orchard dataset schema holds conversations, not token samples: "
             "export sft --format orchard, or rl in hf, trl, verl or slime"
         )
@@ -250,14 +264,12 @@ def write_rl(items: list[RLSample], fmt: str, out: Path) -> None:
         import datasets
 
         datasets.Dataset.from_list([_flat(r) for r in items]).save_to_disk(str(out))
-    elif fmt == "trl":
-        _write_jsonl((_trl(r) for r in items), out / "train.jsonl")
     elif fmt == "verl":
         _write_parquet([_verl(r) for r in items], out / "train.parquet")
     elif fmt == "slime":
         _write_jsonl((_slime(r) for r in items), out / "train.jsonl")
     else:
-        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+        raise graphs.TrainingDataError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
 # --- the entry point ---------------------------------------------------------------------------
@@ -276,9 +288,9 @@ def export(
 ) -> ExportReport:
     """Export the episodes of `runs` that pass `filters` as `kind` data in `fmt` under `out`."""
     if kind not in KINDS:
-        raise ValueError(f"unknown export kind {kind!r}; choose sft or rl")
+        raise graphs.TrainingDataError(f"unknown export kind {kind!r}; choose sft or rl")
     if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+        raise graphs.TrainingDataError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     if kind == "rl" and fmt == "orchard":
         write_rl([], fmt, Path(out))  # raises the explanation
     if isinstance(tokenizer, str | os.PathLike):
@@ -293,6 +305,13 @@ def export(
         rows = sft_rows(episodes)
         write_sft(rows, fmt, out)
         n = len(rows)
+    elif fmt == "trl":
+        advantage = episode_advantages(episodes)
+        kept = [e for e in episodes if not drop_zero_variance or advantage.get(e.key) is not None]
+        trl = trl_rows(kept, advantage, discount)
+        _write_jsonl(trl, out / "train.jsonl")
+        n = len(trl)
+        counts = {"calls": n, "with_advantage": sum(r["advantage"] is not None for r in trl)}
     else:
         items = rl_samples(
             episodes, tokenizer, discount=discount, drop_zero_variance=drop_zero_variance
@@ -304,6 +323,9 @@ def export(
             "tokens": dict(Counter(r.sample.tokens for r in items)),
             "drift": sum(bool(r.sample.drift) for r in items),
             "with_advantage": sum(r.advantage is not None for r in items),
+            "on_policy": {
+                k: v.as_dict() for k, v in onpolicy.report(r.sample for r in items).items()
+            },
         }
     report = ExportReport(out, kind, fmt, len(episodes), n, counts)
     manifest = {"kind": kind, "format": fmt, "runs": [str(r) for r in (runs if isinstance(runs, list) else [runs])],

@@ -23,14 +23,16 @@ as given in the episode's metadata when it was opened (`POST /episodes`), so a c
 its run while the episode is still running (its `episodes` row is written only when it ends).
 
 Version history: 1, the first layout; 2 adds `client_response`, the `upstream_*` columns and
-`upstream_dialect`; 3 adds the episode's `run`, `benchmark`, `task` and `harness` to `calls`.
+`upstream_dialect`; 3 adds the episode's `run`, `benchmark`, `task` and `harness` to `calls`;
+4 adds `sampling` (the sampling parameters as sent to the engine, JSON), `sampling_pinned` and
+`sampling_pinned_reason` (were they the model's pinned ones: pomona.proxy.sampling).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 FAILURE_KINDS = ("none", "sandbox", "harness", "proxy", "upstream", "verifier", "timeout")
 """Why an episode did not produce a trustworthy reward. Infra failures are data, never a 0."""
@@ -97,6 +99,9 @@ CALLS = _schema(
         pa.field("completion_logprobs", pa.list_(pa.float64())),
         pa.field("token_faithful", pa.bool_()),  # null when the upstream gave no token ids
         pa.field("token_faithful_reason", pa.string()),
+        pa.field("sampling", pa.string()),  # JSON: temperature, top_p, max_tokens, seed as sent
+        pa.field("sampling_pinned", pa.bool_()),  # null: the model has no pin, or no engine
+        pa.field("sampling_pinned_reason", pa.string()),
         pa.field("started_at", _ts),
         pa.field("ended_at", _ts),
         pa.field("ttfb_ms", pa.float64()),  # time to the first response byte sent to the client
