@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from swebench.task.checks import expected_image  # noqa: E402
 
-from pomona.benchmarks import swe_tasks, swebench  # noqa: E402
+from pomona.benchmarks import swebench  # noqa: E402
+from pomona.benchmarks.swebench import task_sets as swe_tasks  # noqa: E402
 from tests.benchmarks import official  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python")

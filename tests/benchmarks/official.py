@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks import pytools, swe_datasets, swebench
+from pomona.benchmarks import pytools, swebench
+from pomona.benchmarks.swebench import datasets as swe_datasets
 from tests.images import debian_image
 
 ACTIVATE = """# Stand-in for conda's activate script: `conda activate NAME` puts the env first on PATH.

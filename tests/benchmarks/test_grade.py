@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from pomona.benchmarks import grade as grading
-from pomona.benchmarks import swe_datasets, swe_tasks, swebench
+from pomona.benchmarks import swebench
+from pomona.benchmarks.swebench import datasets as swe_datasets
+from pomona.benchmarks.swebench import evaluation as grading
+from pomona.benchmarks.swebench import task_sets as swe_tasks
 from pomona.cli import main
 from tests.benchmarks import official
 
@@ -124,9 +126,9 @@ def test_the_official_layout_as_the_sandbox_user_is_an_environment_failure(
     official_row: dict[str, Any], client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What went wrong before: uid 1000 cannot write root's /testbed, and git refuses it."""
-    monkeypatch.setattr(swebench, "user_of", lambda instance: "pomona")
+    monkeypatch.setattr(swebench.testbed, "user_of", lambda instance: "pomona")
     pred = swebench.prediction(IID, "m", patch_of("gold"))
-    g = swebench.grade(client, swebench._normalize(official_row), pred, tmp_path, "r")
+    g = swebench.grade(client, swebench.normalize(official_row), pred, tmp_path, "r")
     assert not g.resolved and g.infra_failure, g.message
     assert "dubious ownership" in g.infra_failure or "Permission denied" in g.infra_failure
 

@@ -122,7 +122,7 @@ def registry(tmp_path: Path) -> Any:
 def test_a_missing_swe_image_is_pulled_from_a_reachable_registry(
     base: str, registry: str, tmp_path: Path
 ) -> None:
-    from pomona.benchmarks import swe_images
+    from pomona.benchmarks.swebench import images as swe_images
 
     build("pulled", tmp_path)
     image = f"{registry}/swebench/sweb.eval.x86_64.pomona_1776_pulled-1:latest"

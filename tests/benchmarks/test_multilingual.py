@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from pomona.benchmarks import swe_datasets, swe_tasks, swebench
+from pomona.benchmarks import swebench
+from pomona.benchmarks.swebench import datasets as swe_datasets
+from pomona.benchmarks.swebench import task_sets as swe_tasks
 from pomona.harnesses import payload
 from pomona.run import run_benchmark
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from pomona import trajectories
-from pomona.benchmarks import leaderboard, swe_tasks, swebench, terminal_bench
+from pomona.benchmarks import leaderboard, swebench, terminal_bench
+from pomona.benchmarks.swebench import task_sets as swe_tasks
 from pomona.cli import main
 from pomona.gym.proxies import shared_proxy
 from pomona.gym.rollouts import rollout

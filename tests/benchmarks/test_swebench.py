@@ -12,7 +12,8 @@ import gymnasium as gym
 import pytest
 
 import pomona  # noqa: F401  (registers the environments)
-from pomona.benchmarks import swe_tasks, swebench
+from pomona.benchmarks import swebench
+from pomona.benchmarks.swebench import task_sets as swe_tasks
 
 INSTANCES = swebench.load_instances(swe_tasks.DATA)
 IDS = [i["instance_id"] for i in INSTANCES]
@@ -92,7 +93,7 @@ def test_the_spoof_resolves_without_the_guard(
     client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hole is real: only the guard stands between the conftest spoof and 'resolved'."""
-    monkeypatch.setattr(swebench, "guard_test_infra", lambda sandbox, instance: [])
+    monkeypatch.setattr(swebench.guard, "guard_test_infra", lambda sandbox, instance: [])
     assert _grade(client, tmp_path, IDS[0], "spoof").resolved
 
 

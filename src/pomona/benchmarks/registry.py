@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pomona.benchmarks import builtin, swe_datasets, swe_tasks, swebench, terminal_bench
+from pomona.benchmarks import builtin, swebench, terminal_bench
+from pomona.benchmarks.swebench import datasets as swe_datasets
+from pomona.benchmarks.swebench import task_sets as swe_tasks
 from pomona.benchmarks.task import Task
 
 BROWSER = ("miniwob", "webvoyager-local", "deepshop-local", "mind2web-local")

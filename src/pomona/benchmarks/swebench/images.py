@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pomona.benchmarks import swebench
-from pomona.benchmarks.swebench import SweInstance
+from pomona.benchmarks.swebench.instances import TASK_DIR_KEY, SweInstance, bundle_of
 
 if TYPE_CHECKING:
     import docker
@@ -38,7 +37,7 @@ def _engine() -> docker.DockerClient | None:
 
 
 def dockerfile_dir(instance: SweInstance) -> Path | None:
-    task_dir = instance.get(swebench.TASK_DIR_KEY)
+    task_dir = instance.get(TASK_DIR_KEY)
     path = Path(task_dir) if task_dir else None
     return path if path is not None and (path / "Dockerfile").is_file() else None
 
@@ -52,7 +51,7 @@ def ensure(
     Without a Docker engine nothing is checked here: the local runtime then looks in its own
     cache and in registries when the sandbox is created."""
     say = say or (lambda text: print(text, file=sys.stderr))
-    wanted = [i for i in instances if swebench.bundle_of(i) is None]
+    wanted = [i for i in instances if bundle_of(i) is None]
     engine = _engine() if wanted else None
     if engine is None:
         if build and wanted:

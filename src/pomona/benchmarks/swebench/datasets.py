@@ -298,7 +298,7 @@ def adapt(row: dict[str, Any], dataset: str = "") -> swebench.SweInstance:
     else:
         row["image"] = row.get("image") or expected_image(iid)
     row["pomona_shape"] = shape
-    return swebench._normalize(row)
+    return swebench.normalize(row)
 
 
 def _list(value: Any) -> list[str]:

@@ -4,7 +4,7 @@
     pomona grade --dataset path/to/task-repo --predictions gold --build-images
 
 Same inputs as `python -m swebench.harness.run_evaluation` (the dataset by name or path, any
-SWE-bench-format shape `pomona.benchmarks.swe_datasets` reads; predictions as .jsonl, a .json
+SWE-bench-format shape `pomona.benchmarks.swebench.datasets` reads; predictions as .jsonl, a .json
 list or {instance_id: prediction} dict, or `gold`; run id, workers, instance ids, timeout,
 report directory; its underscore spellings are accepted too) and the same outputs:
 `logs/run_evaluation/<run_id>/<model>/<instance_id>/{patch.diff, eval.sh, test_output.txt,
@@ -30,8 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks import swe_datasets, swe_images, swebench
+from pomona.benchmarks import swebench
 from pomona.benchmarks.swebench import Prediction, SweInstance
+from pomona.benchmarks.swebench import datasets as swe_datasets
+from pomona.benchmarks.swebench import images as swe_images
 from pomona.orchestrator.sdk.client import SandboxClient
 
 EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_GRADED = 0, 1, 2

@@ -35,8 +35,8 @@ from pomona.benchmarks.swebench import SweInstance
 if TYPE_CHECKING:
     from pomona.orchestrator.sdk.client import SandboxClient
 
-DATA = Path(__file__).parent / "data" / "swe_local"
-MULTILINGUAL_DATA = Path(__file__).parent / "data" / "swe_multilingual_local"
+DATA = Path(__file__).parents[1] / "data" / "swe_local"
+MULTILINGUAL_DATA = Path(__file__).parents[1] / "data" / "swe_multilingual_local"
 SDIST_CACHE = Path(os.environ.get("POMONA_SDIST_CACHE", "/var/cache/pomona/sdists"))
 DATASET = "pomona/swe-local"
 MULTILINGUAL_DATASET = "pomona/swe-multilingual-local"
