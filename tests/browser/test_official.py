@@ -93,3 +93,20 @@ def _official_order(folder: Path) -> tuple[int, int]:
             "Huggingface", "Wolfram Alpha"]  # fmt: skip
     web, number = folder.name.removeprefix("task").rsplit("--", 1)
     return webs.index(web), int(number)
+
+
+def test_a_task_the_live_web_cannot_reach_is_a_typed_failure_not_a_zero(
+    tmp_path: Path, browser_state: str
+) -> None:
+    from pomona.run import run_benchmark
+
+    result = run_benchmark(
+        f"webvoyager:{CHECKOUT}", None, "oracle", trajectories=tmp_path / "runs",
+        task_ids=["Allrecipes--0"], state_dir=browser_state, progress=False, concurrency=1,
+    )  # fmt: skip
+    [record] = result.records
+    if "reference actions" in (record.failure_message or ""):
+        pytest.skip("this machine reaches the live web (the oracle has no actions for it)")
+    assert record.failure_kind == "sandbox" and "start page" in (record.failure_message or "")
+    assert record.reward is None and record.resolved is None  # not scored, never a 0
+    assert record.benchmark == "webvoyager:webvoyager" and record.harness == "webvoyager"

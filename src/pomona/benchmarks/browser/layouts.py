@@ -4,8 +4,10 @@ re-judge a Pomona run:
     WebVoyager       <root>/task<id>/interact_messages.json + screenshot<N>.png (N from 1)
                      (auto_eval.py reads the task from message [1] and the last k screenshots)
     Online-Mind2Web  <root>/<task_id>/result.json (schema "online-mind2web-v2") +
-                     <task_id>/trajectory/<N>_screenshot.png; the action history holds the
-                     factual actions only, and the answer sits apart in agent_final_answer
+                     <task_id>/trajectory/<N>_screenshot.png; the action history ends with one
+                     step for the answer (on the last screenshot), which Online-Mind2Web's
+                     src/run.py drops before judging, so its judge sees the factual actions
+                     only; the answer also sits apart in agent_final_answer
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def write_mind2web(
         }
         for s in steps
     ]
+    if screenshots:  # the answer's step: run.py drops the last step's action, keeps its image
+        last = f"trajectory/{len(screenshots) - 1}_screenshot.png"
+        history.append({"action": f"ANSWER: {answer or ''}", "thought": "", "screenshot": last})
     result = {
         "schema_version": "online-mind2web-v2",
         "task_id": row["task_id"],
