@@ -38,6 +38,7 @@ from pomona.browser_env.chromium import ChromiumOptions
 from pomona.browser_env.errors import BrowserInfraError
 from pomona.browser_env.highlevel import DEFAULT_SUBSETS
 from pomona.browser_env.session import BrowserSession, SessionOptions
+from pomona.browser_env.tabs import Limits
 from pomona.errors import PomonaError
 from pomona.gym import Transition
 from pomona.gym.browser_interfaces import (
@@ -73,6 +74,7 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         step_timeout: float = 120.0,
         action_subsets: tuple[str, ...] = DEFAULT_SUBSETS,  # BrowserGym's, for `browsergym`
         multiaction: bool = True,
+        limits: Limits | None = None,  # open tabs and downloads (tabs.py's defaults)
         image: str | None = None,  # default: the host on `local`, the browser image on docker
         render_mode: str | None = None,
     ):
@@ -90,6 +92,7 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
             step_timeout=step_timeout,
             image=image or browser_image.for_runtime(runtime),
             disk=browser_image.disk_for(runtime),
+            limits=limits or Limits(),
         )
         self.render_mode = render_mode
         self.view: WebVoyagerInterface | BrowserGymInterface = (
