@@ -73,6 +73,7 @@ def every_task(
     )  # fmt: skip
 
 
+@pytest.mark.timeout(900)  # the 32-task run is this test's set-up
 def test_the_oracle_solves_every_local_task(every_task: RunResult) -> None:
     records = every_task.records
     assert len(records) == len(tasks.records()) >= 30
@@ -84,6 +85,7 @@ def test_the_oracle_solves_every_local_task(every_task: RunResult) -> None:
     assert (row.harness, row.model, row.resolved, row.trials) == ("webvoyager", "oracle", 32, 32)
 
 
+@pytest.mark.timeout(900)  # the 32-task run is this test's set-up
 def test_the_judge_agrees_with_the_oracle(every_task: RunResult, judge: Any) -> None:
     records = every_task.records
     labels = [r.score["details"]["judge"]["label"] for r in records]
@@ -111,6 +113,7 @@ def test_the_judge_agrees_with_the_oracle(every_task: RunResult, judge: Any) -> 
         assert f"TASK: {by_task[r.task]}\nResult Response: {r.final_answer}" in sent
 
 
+@pytest.mark.timeout(900)  # the 32-task run is this test's set-up
 def test_the_official_layouts(every_task: RunResult) -> None:
     results = every_task.trajectories / "browser" / every_task.run_id
     for r in every_task.records:
