@@ -102,3 +102,21 @@ def test_utf8_and_binary_output(sandbox):
     assert sandbox.exec("printf 'h\\303\\251llo'").stdout == "héllo"
     r = sandbox.exec("printf '\\377\\376'")
     assert r.exit_code == 0 and r.stdout == "\ufffd\ufffd"
+
+
+def test_threads_and_processes_start_under_the_syscall_filter(sandbox):
+    """libc starts a thread with clone3 and falls back to clone only on ENOSYS: a filter that
+    refused clone3 with anything else would leave every threaded program (Python's servers,
+    Node, Chromium) unable to start one."""
+    r = sandbox.exec(
+        [
+            "python3",
+            "-c",
+            "import os, threading\n"
+            "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+            "pid = os.fork()\n"
+            "if pid == 0: os._exit(3)\n"
+            "print('child', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+        ]
+    )
+    assert (r.exit_code, r.stdout) == (0, "thread\nchild 3\n"), r.stderr

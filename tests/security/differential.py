@@ -159,7 +159,7 @@ def pomona_runtime(name: str) -> Iterator[tuple[SandboxClient, str]]:
     elif name == "docker":
         from tests.images import debian_image
 
-        with SandboxClient("docker", state_dir=state) as client:
+        with SandboxClient(name, state_dir=state) as client:
             yield client, debian_image()
     elif name == "podman":
         from tests.podman import IMAGE, podman_service

@@ -56,20 +56,7 @@ _BEYOND_DOCKER = (
     "CHECKPOINT_RESTORE",
 )
 _LOCAL_CAPS = [f"cap.{kind}.{cap}" for kind in ("eff", "bnd") for cap in _BEYOND_DOCKER]
-# Podman's own default seccomp profile lets user namespaces and keyrings through; Pomona's profile
-# for docker and podman (the next commit on this branch) closes these.
-_PODMAN = {
-    "keyring.get_session",
-    "keyring.join_session",
-    "ptrace.process_vm_readv",
-    "syscall.clone.newuser",
-    "syscall.clone3",
-    "syscall.get_mempolicy",
-    "syscall.mount_setattr",
-    "syscall.unshare.user",
-}
 KNOWN_GAPS: dict[str, dict[str, set[str]]] = {
-    "podman": {"root": _PODMAN, "user": _PODMAN},
     "local": {
         "root": {
             *_LOCAL_CAPS,
@@ -157,6 +144,39 @@ def test_pomona_is_at_least_as_strict_as_dockers_defaults(baseline, column, user
     assert not unexpected, f"Pomona {name} as {user} lets through what `docker run` refuses: " + (
         ", ".join(f"{k}: {v}" for k, v in sorted(unexpected.items()))
     )
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_root_inside_cannot_reach_io_uring_keyrings_or_new_namespaces(column, user):
+    """What the engines' own defaults let through on some runtime (Docker's: io_uring; Podman's:
+    user namespaces, keyrings): Pomona's profile refuses it on every one, as `local` does."""
+    name, results = column
+    if name == "kubernetes":
+        pytest.skip("pods run under the cluster's RuntimeDefault profile (docs/kubernetes.md)")
+    for check in (
+        "syscall.io_uring_setup",
+        "syscall.unshare.user",
+        "syscall.clone.newuser",
+        "keyring.get_session",
+    ):
+        assert results[user][check][0] == "no", f"{name} as {user}: {check} {results[user][check]}"
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_container_engines_get_pomonas_floor_not_their_own(column, user):
+    """On docker and podman Pomona sets the floor itself (runtimes/hardening.py): stricter than
+    the engines' defaults where those let a sandbox reach the network's raw side, make device
+    nodes or open the hypervisor's sockets."""
+    name, results = column
+    if name not in ("docker", "podman"):
+        pytest.skip("Pomona's container floor applies to the docker and podman engines")
+    for check in (
+        "net.raw_socket",
+        "net.packet_socket",
+        "syscall.mknod_char",
+        "syscall.socket_vsock",
+    ):
+        assert results[user][check][0] == "no", f"{name} as {user}: {check} {results[user][check]}"
 
 
 def test_the_comparison_catches_a_looser_runtime(baseline):

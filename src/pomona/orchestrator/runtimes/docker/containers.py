@@ -1,5 +1,6 @@
 """What a sandbox's container is created with: the engine's create options from a SandboxSpec
-(its record in labels, its limits, mounts, network and hardening), and the static init a container borrows from the host where the
+(its record in labels, its limits, mounts, network, and Pomona's security floor: seccomp profile,
+capabilities, masked paths), and the static init a container borrows from the host where the
 engine has none of its own."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pomona.errors import InvalidRequest
+from pomona.orchestrator.runtimes import hardening
 from pomona.orchestrator.types import NetworkMode, SandboxSpec, SnapshotInfo
 
 # Static inits (tini or catatonit) a container can borrow when the engine's own is missing
@@ -45,7 +47,7 @@ def labels(
 class ContainerOptions:
     """The engine's create call for one sandbox: `create` for APIClient.create_container, `host`
     for its HostConfig (create_host_config), and the HostConfig fields docker-py has no
-    argument for."""
+    argument for (the masked and read-only paths)."""
 
     create: dict[str, Any]
     host: dict[str, Any]
@@ -71,9 +73,15 @@ def _bind(target: str, read_only: bool) -> dict[str, str]:
 
 
 def create_options(
-    name: str, sandbox_id: str, spec: SandboxSpec, image: str, labels: dict[str, str]
+    name: str,
+    sandbox_id: str,
+    spec: SandboxSpec,
+    image: str,
+    labels: dict[str, str],
+    seccomp: str,
 ) -> ContainerOptions:
-    """The create call for one sandbox."""
+    """The create call for one sandbox, with Pomona's floor (runtimes/hardening.py); `seccomp`
+    is the profile as this engine takes it (the JSON, or a path to it)."""
     for m in spec.mounts:  # the engine would create a missing source, as root, on the host
         if not os.path.exists(m.host_path()):
             raise InvalidRequest(f"mount source {m.source} does not exist on the host")
@@ -91,7 +99,12 @@ def create_options(
     host: dict[str, Any] = dict(
         init=True,
         network_mode="bridge" if spec.network == NetworkMode.full else "none",
-        security_opt=["no-new-privileges"],
+        security_opt=[
+            "no-new-privileges",
+            f"seccomp={seccomp}",
+        ],
+        cap_drop=["ALL"],
+        cap_add=list(hardening.ROOT_CAPABILITIES),
     )
     if binds:
         create["volumes"] = [b["bind"] for b in binds.values()]
@@ -105,4 +118,8 @@ def create_options(
         host["pids_limit"] = limits.pids
     if limits.disk:
         host["storage_opt"] = {"size": str(limits.disk)}
-    return ContainerOptions(create, host, {})
+    extra = {
+        "MaskedPaths": list(hardening.MASKED_PATHS),
+        "ReadonlyPaths": list(hardening.READ_ONLY_PATHS),
+    }
+    return ContainerOptions(create, host, extra)

@@ -27,7 +27,7 @@ from pomona.orchestrator.linux.netns import Gateway, open_connection_in
 from pomona.orchestrator.linux.safefs import normalize
 from pomona.orchestrator.linux.syscalls import alive, exited, start_time
 from pomona.orchestrator.runtime import collect
-from pomona.orchestrator.runtimes import execution
+from pomona.orchestrator.runtimes import execution, hardening
 from pomona.orchestrator.runtimes.docker import containers
 from pomona.orchestrator.runtimes.docker.engine import DockerPty, EngineExec, attach
 from pomona.orchestrator.runtimes.docker.files import ContainerFS
@@ -256,7 +256,14 @@ class DockerRuntime:
             image = await self._image(spec.image)
         created_at = time.time()
         labels = containers.labels(sandbox_id, spec, self.owner, self.me, created_at, snapshot)
-        options = containers.create_options(self._name(sandbox_id), sandbox_id, spec, image, labels)
+        options = containers.create_options(
+            self._name(sandbox_id),
+            sandbox_id,
+            spec,
+            image,
+            labels,
+            self._seccomp(),
+        )
         container = await self._create_container(sandbox_id, spec, options)
         try:
             live = await self._start(container, sandbox_id, spec, created_at, snapshot)
@@ -340,6 +347,13 @@ class DockerRuntime:
             live.release()
             raise
         return live
+
+    def _seccomp(self) -> str:
+        """Pomona's profile as this engine takes it: Docker reads the JSON itself, Podman's
+        compatible API only a path (a file beside the state dir's other state)."""
+        if self.engine == "podman":
+            return hardening.seccomp_file(self.state_dir)
+        return hardening.seccomp_json()
 
     async def _no_disk_quota(self, message: str) -> str:
         info = await self._call(self.client.info)
