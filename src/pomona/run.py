@@ -32,6 +32,7 @@ from typing import Any
 from pomona.benchmarks import leaderboard, metrics, registry, swebench
 from pomona.benchmarks.task import Task
 from pomona.harnesses.proxy_link import ProxyLink
+from pomona.trajectories import resume
 
 DEFAULT_HARNESS = "pi"  # the natural harness of the non-browser benchmarks
 DEFAULT_MODEL = "oracle"
@@ -61,6 +62,8 @@ class RunResult:
     trajectories: Path
     swe_report: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    benchmark: str = ""
+    k: int = 1
 
 
 def client_runtime(runtime: str) -> str | None:
@@ -108,8 +111,23 @@ def row_of(record: Any, model: str) -> dict[str, Any]:
     }
 
 
+def kept_prediction(row: dict[str, Any], model: str) -> swebench.Prediction:
+    """The prediction of an attempt an earlier invocation of a resumed run graded: its patch as
+    the grading kept it (the episode's `grading/patch.diff` artifact)."""
+    uri = next(
+        (a["uri"] for a in row.get("artifacts") or [] if a["name"] == "grading/patch.diff"), None
+    )
+    patch = Path(uri.removeprefix("file://")).read_text() if uri else None
+    return swebench.prediction(row["task"], model, patch)
+
+
 def _swe_outputs(
-    records: list[Any], tasks: list[Any], logs: Path, run_id: str, model: str
+    records: list[Any],
+    tasks: list[Any],
+    logs: Path,
+    run_id: str,
+    model: str,
+    kept: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """Predictions JSONL of the first attempts that were graded, and swebench's own run report
     over them; nothing at all when no attempt was (an empty file would read as a submission)."""
@@ -118,7 +136,7 @@ def _swe_outputs(
         swebench.prediction(r.task, model, (r.score or {}).get("details", {}).get("model_patch"))
         for r in records
         if r.attempt == 0 and r.score is not None
-    ]
+    ] + [kept_prediction(row, model) for row in kept or [] if resume.attempt_of(row) == 0]
     if not instances or not preds:
         return None
     swebench.write_predictions(
@@ -144,18 +162,22 @@ def run_benchmark(
     judge: str | None = None,
     judge_prompts: str | None = None,
     image: str | None = None,
+    run_id: str | None = None,
+    only: list[resume.Attempt] | None = None,
 ) -> RunResult:
     """Run `k` attempts of `harness` (default: the benchmark's natural one) with `model` on every
     task of `benchmark`. `timeout` is the agent's budget for tasks that set none of their own
     (task.toml, an instance field). `judge` names a model for the browser benchmarks' LLM judges.
     `image` is where tasks that name no image of their own run (on `local`, the host's
-    filesystem; the container runtimes have none)."""
+    filesystem; the container runtimes have none). A new run writes its manifest first (what
+    `--resume` reads); `run_id` with `only` plays just those (task, attempt) of that run, and
+    the result covers the whole run (pomona.resume)."""
     harness = harness or registry.natural_harness(benchmark)
     from pomona.gym.proxies import shared_proxy
     from pomona.gym.rollouts import Progress, rollout
 
     trajectories = Path(trajectories).resolve()
-    run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_id = run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     logs = trajectories / "swebench"
     swe_model = swebench.model_name(harness, model)
     tasks = registry.load(benchmark, logs=logs, run_id=run_id, model=swe_model)
@@ -171,10 +193,18 @@ def run_benchmark(
             )
     else:
         tasks = in_image(tasks, image, runtime)
+    if only is None:
+        resume.RunManifest(
+            run_id, benchmark, harness, model, k, [t.id for t in tasks], runtime, timeout,
+            models, judge, judge_prompts, image, concurrency,
+        ).save(trajectories)  # fmt: skip
+    elif benchmark in registry.BROWSER:
+        raise ValueError(f"--resume does not cover the browser benchmarks ({benchmark}) yet")
     link = RunLink(
         ProxyLink.of(shared_proxy(trajectories, models)), {"model": model, "runtime": runtime}
     )
-    bar = Progress(len(tasks) * k, f"{benchmark} · {harness} · {model}", progress)
+    total = len(tasks) * k if only is None else len(only)
+    bar = Progress(total, f"{benchmark} · {harness} · {model}", progress)
     try:
         if registry.is_browser(benchmark):
             from pomona.benchmarks.browser import runner
@@ -211,18 +241,22 @@ def run_benchmark(
                     run_id=run_id,
                     progress=False,
                     on_episode=bar.update,
+                    only=None if only is None else set(only),
                 )
             )
     finally:
         bar.close()
-    rows = [row_of(r, model) for r in records]
+    kept = [] if only is None else resume.kept(trajectories, run_id, only)
+    rows = kept + [row_of(r, model) for r in records]
     return RunResult(
         run_id,
         records,
         metrics.summarize(rows, range(1, k + 1)),
         trajectories,
-        _swe_outputs(records, tasks, logs, run_id, swe_model),
+        _swe_outputs(records, tasks, logs, run_id, swe_model, kept),
         rows,
+        benchmark,
+        k,
     )
 
 
@@ -250,11 +284,11 @@ def failures(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def exit_status(records: list[Any]) -> int:
+def exit_status(rows: list[dict[str, Any]]) -> int:
     """0 every attempt resolved; 1 all ran and were scored, some unresolved; 2 some could not run."""
-    if any(r.failure_kind != "none" for r in records):
+    if any(r["failure_kind"] != "none" for r in rows):
         return EXIT_NOT_RUN
-    return EXIT_RESOLVED if records and all(r.resolved for r in records) else EXIT_UNRESOLVED
+    return EXIT_RESOLVED if rows and all(r["resolved"] for r in rows) else EXIT_UNRESOLVED
 
 
 def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -264,8 +298,13 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     )
     p.add_argument(
         "--benchmark",
-        required=True,
         help=f"{', '.join(registry.LOCAL)}, swebench:PATH or terminal-bench:PATH",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="run again what run RUN (in --trajectories) has no model result for: attempts "
+        "missing or ended in an infrastructure failure, with the run's own settings",
     )
     p.add_argument(
         "--harness",
@@ -310,27 +349,32 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     return p
 
 
-def _run(args: argparse.Namespace) -> int:
-    try:
-        result = run_benchmark(
-            args.benchmark,
-            args.harness,
-            args.model,
-            k=args.k,
-            runtime=args.runtime,
-            trajectories=args.trajectories,
-            concurrency=args.concurrency,
-            timeout=args.timeout,
-            models=args.models,
-            task_ids=args.tasks,
-            state_dir=args.state_dir,
-            judge=args.judge,
-            judge_prompts=args.judge_prompts,
-            image=args.image,
+def _start(args: argparse.Namespace) -> RunResult:
+    """The run the command line asks for: a new one, or the rest of one (--resume)."""
+    if args.resume:
+        from pomona.resume import resume_run
+
+        return resume_run(
+            args.resume, args.trajectories, state_dir=args.state_dir, concurrency=args.concurrency
         )
-    except (KeyError, ValueError) as e:  # bad input (names, combinations): said, not a traceback
+    return run_benchmark(
+        args.benchmark, args.harness, args.model, k=args.k, runtime=args.runtime,
+        trajectories=args.trajectories, concurrency=args.concurrency, timeout=args.timeout,
+        models=args.models, task_ids=args.tasks, state_dir=args.state_dir, judge=args.judge,
+        judge_prompts=args.judge_prompts, image=args.image,
+    )  # fmt: skip
+
+
+def _run(args: argparse.Namespace) -> int:
+    if (args.benchmark is None) == (args.resume is None):
+        print("pomona run: give --benchmark B, or --resume RUN", file=sys.stderr)
+        return EXIT_NOT_RUN
+    try:
+        result = _start(args)
+    except (KeyError, ValueError, resume.ResumeError) as e:  # bad input: said, not a traceback
         print(f"pomona run: {e.args[0] if e.args else e}", file=sys.stderr)
         return EXIT_NOT_RUN
+    args.benchmark, args.k = result.benchmark, result.k
     print(
         f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n"
     )
@@ -359,4 +403,4 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {leaderboard.write_html(board, args.html)}")
     if args.json:
         print(json.dumps([s.__dict__ for s in result.summaries], default=str, indent=2))
-    return exit_status(result.records)
+    return exit_status(result.rows)

@@ -11,7 +11,7 @@ outage never reads as a weak model. Rates are macro means over tasks (reference 
 
 pass@k and pass^k are reported only when every task has at least k trials that ran. Episodes
 made on an attempt's behalf (a judge, a simulated user: their metadata names a `role`) are not
-attempts and count nowhere.
+attempts and count nowhere. An attempt played again by `pomona run --resume` counts once.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from math import comb
 from typing import Any
+
+from pomona.trajectories.resume import current
 
 Key = tuple[str, str, str]  # (benchmark, harness, model)
 
@@ -120,9 +122,10 @@ def is_attempt(row: Mapping[str, Any]) -> bool:
 
 
 def summarize(rows: Iterable[Mapping[str, Any]], ks: Iterable[int] = (1,)) -> list[Summary]:
-    """One Summary per (benchmark, harness, model), in key order."""
+    """One Summary per (benchmark, harness, model), in key order. An attempt a resumed run
+    played again counts once: its model result, else its latest failure."""
     groups: dict[Key, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in filter(is_attempt, rows):
+    for row in filter(is_attempt, current(rows)):
         groups[
             (row.get("benchmark") or "?", row.get("harness") or "?", row.get("model") or "?")
         ].append(row)

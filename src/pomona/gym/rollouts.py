@@ -26,7 +26,7 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -116,9 +116,11 @@ async def rollout(
     on_episode: Callable[[EpisodeRecord], None] | None = None,
     policy: PolicyFn | None = None,
     max_steps: int = 30,
+    only: Collection[tuple[str, int]] | None = None,
 ) -> list[EpisodeRecord]:
     """Run `n` attempts of `harness` with `model` (a name, or a function of the task) or with an
-    in-process `policy` on each task, at most `concurrency` at once. Returns the records in
+    in-process `policy` on each task, at most `concurrency` at once (`only`: just these
+    (task id, attempt) of them, what a resumed run still needs). Returns the records in
     (task, attempt) order."""
     if n < 1 or concurrency < 1:
         raise ValueError("n and concurrency must be at least 1")
@@ -129,7 +131,7 @@ async def rollout(
     link = ProxyLink.of(proxy or shared_proxy(trajectories, models))
     client = shared_client(runtime, state_dir)
     run_id = run_id or f"rollout-{time.strftime('%Y%m%d-%H%M%S')}"
-    jobs = [(task, attempt) for task in chosen for attempt in range(n)]
+    jobs = [(t, i) for t in chosen for i in range(n) if only is None or (t.id, i) in only]
     bar = Progress(len(jobs), enabled=progress)
     loop = asyncio.get_running_loop()
 

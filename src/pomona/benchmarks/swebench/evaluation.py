@@ -35,6 +35,9 @@ from pomona.benchmarks.swebench import Prediction, SweInstance
 from pomona.benchmarks.swebench import datasets as swe_datasets
 from pomona.benchmarks.swebench import images as swe_images
 from pomona.orchestrator.sdk.client import SandboxClient
+from pomona.trajectories.resume import OutcomeLog, ResumeError
+
+GRADED = ("resolved", "unresolved", "empty")  # what the patch itself earned: never graded again
 
 EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_GRADED = 0, 1, 2
 
@@ -68,8 +71,21 @@ def gold_predictions(instances: list[SweInstance]) -> dict[str, Prediction]:
     }
 
 
-def write_run_metadata(root: Path, run_id: str, dataset: str, split: str) -> Path:
-    """`run.json`, as swebench records what a run graded against."""
+def run_dir(root: Path, run_id: str) -> Path:
+    from swebench.harness.constants import RUN_EVALUATION_LOG_DIR
+
+    return root / RUN_EVALUATION_LOG_DIR / run_id
+
+
+def write_run_metadata(
+    root: Path,
+    run_id: str,
+    dataset: str,
+    split: str,
+    predictions: str | None = None,
+    instance_ids: list[str] | None = None,
+) -> Path:
+    """`run.json`, as swebench records what a run graded against (and what `--resume` reads)."""
     from swebench.harness.constants import LOG_RUN_METADATA, RUN_EVALUATION_LOG_DIR
 
     path = root / RUN_EVALUATION_LOG_DIR / run_id / LOG_RUN_METADATA
@@ -81,6 +97,10 @@ def write_run_metadata(root: Path, run_id: str, dataset: str, split: str) -> Pat
                 "dataset": dataset,
                 "split": split,
                 "task_repo": task_repo,
+                "predictions": predictions
+                if predictions in (None, "gold")
+                else str(Path(predictions).resolve()),
+                "instance_ids": instance_ids,
                 "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             },
             indent=2,
@@ -123,8 +143,12 @@ def evaluate(
     state_dir: str | None = None,
     build_images: bool = False,
     say: Callable[[str], object] | None = None,
+    resume: bool = False,
 ) -> GradeRun:
-    """Grade a predictions file against a dataset, writing swebench's logs and run report."""
+    """Grade a predictions file against a dataset, writing swebench's logs and run report. Each
+    outcome is appended to the run's `outcomes.jsonl` as it ends; with `resume`, an instance
+    whose last outcome there is a result of its patch (resolved, unresolved, empty) is not
+    graded again, and every other one is, whatever its logs hold."""
     from pomona.gym.sandboxes import shared_client
 
     say = say or (lambda text: print(text, file=sys.stderr))
@@ -144,7 +168,9 @@ def evaluate(
         data.instances = swebench.select(data.instances, instance_ids, data.name)
     by_id = {i["instance_id"]: i for i in data.instances}
     preds = {k: v for k, v in preds.items() if k in by_id}
-    write_run_metadata(root, run_id, data.name, split)
+    write_run_metadata(root, run_id, data.name, split, predictions, instance_ids)
+    ledger = OutcomeLog(run_dir(root, run_id) / "outcomes.jsonl")
+    earlier = ledger.latest() if resume else {}
 
     outcomes: list[Outcome] = []
     todo: list[tuple[SweInstance, Prediction]] = []
@@ -152,7 +178,9 @@ def evaluate(
         done = swebench.log_dir_for(root, run_id, pred["model_name_or_path"], iid) / "report.json"
         if not (pred.get("model_patch") or "").strip():
             outcomes.append(Outcome(iid, "empty", "empty patch: not run"))
-        elif done.exists():
+        elif earlier.get(iid) in GRADED:
+            outcomes.append(Outcome(iid, "cached", f"graded earlier in run {run_id}"))
+        elif done.exists() and not resume:
             outcomes.append(Outcome(iid, "cached", f"already graded in run {run_id} ({done})"))
         else:
             todo.append((by_id[iid], pred))
@@ -165,7 +193,9 @@ def evaluate(
         client = shared_client(runtime, state_dir)
 
         def grade_one(job: tuple[SweInstance, Prediction]) -> Outcome:
-            return _grade_one(client, *job, root, run_id, timeout)
+            outcome = _grade_one(client, *job, root, run_id, timeout)
+            ledger.append(outcome.instance_id, outcome.status, outcome.message)
+            return outcome
 
         say(f"grading {len(todo)} instance(s) with {min(max_workers, len(todo))} worker(s)")
         t0 = time.monotonic()
@@ -208,7 +238,6 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "--dataset",
         "--dataset_name",
         dest="dataset",
-        required=True,
         help="a dataset name (verified, lite, multilingual, swe-gym, swe-smith, "
         "swe-rebench, or any hub id) or a path: task repo, .parquet, .jsonl, "
         ".json, saved dataset",
@@ -218,8 +247,13 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "--predictions",
         "--predictions_path",
         dest="predictions",
-        required=True,
         help="predictions .jsonl / .json, or gold",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_ID",
+        help="grade again what run RUN_ID has no result for (killed mid-way, or the "
+        "environment failed), with its own dataset and predictions",
     )
     p.add_argument("-s", "--split", default="test")
     p.add_argument(
@@ -245,9 +279,35 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return p
 
 
+def resumed(args: argparse.Namespace) -> argparse.Namespace:
+    """The arguments of the run `--resume` names, from its run.json, where not given again."""
+    from swebench.harness.constants import LOG_RUN_METADATA
+
+    path = run_dir(Path(args.log_root).resolve(), args.resume) / LOG_RUN_METADATA
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise ResumeError(f"no graded run {args.resume} under {path.parent.parent}") from None
+    for name in ("dataset", "predictions", "split", "instance_ids"):
+        if getattr(args, name) in (None, "test") and recorded.get(name):
+            setattr(args, name, recorded[name])
+    args.run_id = args.resume
+    return args
+
+
 def _run_grade(args: argparse.Namespace) -> int:
     from pomona.run import client_runtime
 
+    try:
+        args = resumed(args) if args.resume else args
+    except ResumeError as e:
+        print(f"pomona grade: {e}", file=sys.stderr)
+        return EXIT_NOT_GRADED
+    if not args.dataset or not args.predictions:
+        print(
+            "pomona grade: give --dataset and --predictions (or --resume RUN_ID)", file=sys.stderr
+        )
+        return EXIT_NOT_GRADED
     run_id = args.run_id or f"grade-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         run = evaluate(
@@ -263,6 +323,7 @@ def _run_grade(args: argparse.Namespace) -> int:
             runtime=client_runtime(args.runtime),
             state_dir=args.state_dir,
             build_images=args.build_images,
+            resume=bool(args.resume),
         )
     except (KeyError, ValueError, FileNotFoundError) as e:
         print(f"pomona grade: {str(e).strip(chr(39))}", file=sys.stderr)
