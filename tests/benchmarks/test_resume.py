@@ -123,7 +123,8 @@ def test_grade_resume_grades_only_what_has_no_result(state_dir: str, tmp_path: P
     """`pomona grade --resume RUN`: an instance whose last outcome is a result of its patch is
     not graded again; one with no outcome (killed before it ended) or an environment failure is,
     with the run's own dataset and predictions from its run.json."""
-    from pomona.benchmarks import grade, swe_tasks
+    from pomona.benchmarks.swebench import evaluation as grade
+    from pomona.benchmarks.swebench import task_sets as swe_tasks
 
     a, b = "kjd__idna-1", "jpvanhal__inflection-1"
     common = ["--log-root", str(tmp_path), "--report-dir", str(tmp_path), "--state-dir", state_dir]
