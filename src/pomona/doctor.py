@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -521,7 +522,8 @@ def slurm_report() -> Report:
         )
         return report
     if shutil.which("munge"):
-        code, out = _run(["munge", "-n"], timeout=10)
+        found = re.search(r"^\s*AuthInfo=\S*socket=([^,\s]+)", Path(conf).read_text(), re.M)
+        code, out = _run(["munge", "-n", *(["-S", found.group(1)] if found else [])], timeout=10)
         fix = f"{_sudo()}systemctl start munge" if shutil.which("systemctl") else f"{_sudo()}munged"
         report.checks.append(
             Check(

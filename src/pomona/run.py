@@ -32,6 +32,7 @@ from typing import Any
 from pomona.benchmarks import leaderboard, metrics, registry, swebench
 from pomona.benchmarks.task import Task
 from pomona.harnesses.proxy_link import ProxyLink
+from pomona.slurm import cluster as slurm_cluster
 from pomona.trajectories import resume
 
 DEFAULT_HARNESS = "pi"  # the natural harness of the non-browser benchmarks
@@ -145,6 +146,22 @@ def _swe_outputs(
     return swebench.run_report(preds, instances, run_id, logs)
 
 
+def new_run_id() -> str:
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def choose_tasks(
+    benchmark: str, run_id: str, trajectories: Path, swe_model: str, task_ids: list[str] | None
+) -> list[Task]:
+    """The benchmark's tasks a run plays (`task_ids`: only those), graded into its SWE logs."""
+    tasks = registry.load(benchmark, logs=trajectories / "swebench", run_id=run_id, model=swe_model)
+    if task_ids:
+        tasks = [t for t in tasks if t.id in task_ids]
+        if not tasks:
+            raise KeyError(f"none of {task_ids} is in {benchmark}")
+    return tasks
+
+
 def run_benchmark(
     benchmark: str,
     harness: str | None = None,
@@ -177,14 +194,10 @@ def run_benchmark(
     from pomona.gym.rollouts import Progress, rollout
 
     trajectories = Path(trajectories).resolve()
-    run_id = run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_id = run_id or new_run_id()
     logs = trajectories / "swebench"
     swe_model = swebench.model_name(harness, model)
-    tasks = registry.load(benchmark, logs=logs, run_id=run_id, model=swe_model)
-    if task_ids:
-        tasks = [t for t in tasks if t.id in task_ids]
-        if not tasks:
-            raise KeyError(f"none of {task_ids} is in {benchmark}")
+    tasks = choose_tasks(benchmark, run_id, trajectories, swe_model, task_ids)
     if registry.is_browser(benchmark):
         if image:
             raise ValueError(
@@ -198,7 +211,7 @@ def run_benchmark(
             run_id, benchmark, harness, model, k, [t.id for t in tasks], runtime, timeout,
             models, judge, judge_prompts, image, concurrency,
         ).save(trajectories)  # fmt: skip
-    elif benchmark in registry.BROWSER:
+    elif registry.is_browser(benchmark):
         raise ValueError(f"--resume does not cover the browser benchmarks ({benchmark}) yet")
     link = RunLink(
         ProxyLink.of(shared_proxy(trajectories, models)), {"model": model, "runtime": runtime}
@@ -343,6 +356,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
         "host's filesystem; docker, podman and kubernetes need one)",
     )
     p.add_argument("--state-dir", help="sandbox state directory (local runtime)")
+    slurm_cluster.add_arguments(p)
     p.add_argument("--html", type=Path, help="also write the leaderboard as an HTML page")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON too")
     p.set_defaults(func=_run)
@@ -351,6 +365,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
 
 def _start(args: argparse.Namespace) -> RunResult:
     """The run the command line asks for: a new one, or the rest of one (--resume)."""
+    if args.slurm:
+        return _on_slurm(args)
     if args.resume:
         from pomona.resume import resume_run
 
@@ -365,19 +381,46 @@ def _start(args: argparse.Namespace) -> RunResult:
     )  # fmt: skip
 
 
+def _on_slurm(args: argparse.Namespace) -> RunResult:
+    """The run (new, or the rest of one) as a Slurm job array (pomona.slurm)."""
+    from pomona.slurm.executor import run_on_slurm
+
+    if args.resume:
+        manifest = resume.RunManifest.load(args.trajectories, args.resume)
+    else:
+        harness = args.harness or registry.natural_harness(args.benchmark)
+        run_id, trajectories = new_run_id(), Path(args.trajectories).resolve()
+        swe_model = swebench.model_name(harness, args.model)
+        tasks = in_image(
+            choose_tasks(args.benchmark, run_id, trajectories, swe_model, args.tasks),
+            args.image,
+            args.runtime,
+        )
+        manifest = resume.RunManifest(
+            run_id, args.benchmark, harness, args.model, args.k, [t.id for t in tasks],
+            args.runtime, args.timeout, args.models, args.judge, args.judge_prompts, args.image,
+            args.concurrency,
+        )  # fmt: skip
+        manifest.save(trajectories)
+    return run_on_slurm(manifest, args.trajectories, slurm_cluster.settings_of(args))
+
+
 def _run(args: argparse.Namespace) -> int:
     if (args.benchmark is None) == (args.resume is None):
         print("pomona run: give --benchmark B, or --resume RUN", file=sys.stderr)
         return EXIT_NOT_RUN
     try:
         result = _start(args)
-    except (KeyError, ValueError, resume.ResumeError) as e:  # bad input: said, not a traceback
+    except (
+        KeyError,
+        ValueError,
+        resume.ResumeError,
+        slurm_cluster.SlurmError,
+    ) as e:  # bad input: said, not a traceback
         print(f"pomona run: {e.args[0] if e.args else e}", file=sys.stderr)
         return EXIT_NOT_RUN
     args.benchmark, args.k = result.benchmark, result.k
-    print(
-        f"\nrun {result.run_id}: {len(result.records)} episodes recorded in {result.trajectories}\n"
-    )
+    print(f"\nrun {result.run_id}: {len(result.rows)} attempts recorded in {result.trajectories}\n")
     print(task_table(result.rows))
     if failed := failures(result.rows):
         print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")

@@ -1,0 +1,80 @@
+"""What one array task runs on its node: `python -m pomona.slurm.worker SHARD.json` plays the
+shard's attempts of the run (pomona.run with the run's own settings) with sandboxes in a
+node-local state directory and its own proxy, into the run's shared trajectory directory, then
+leaves SHARD.done so the driver knows the shard was played to its end."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from pomona.run import run_benchmark
+from pomona.trajectories.resume import RunManifest
+
+
+def play(shard_path: Path) -> int:
+    shard = json.loads(shard_path.read_text())
+    manifest = RunManifest(**shard["manifest"])
+    attempts = [(str(t), int(i)) for t, i in shard["attempts"]]
+    job = (
+        f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', '?')}"
+    )
+    if not shard.get("state_dir"):
+        sweep(Path(tempfile.gettempdir()))
+    state = shard.get("state_dir") or tempfile.mkdtemp(prefix=f"pomona-slurm-{job}-")
+    print(f"[pomona worker {job} on {socket.gethostname()}] {len(attempts)} attempt(s)", flush=True)
+    try:
+        result = run_benchmark(
+            manifest.benchmark, manifest.harness, manifest.model, k=manifest.k,
+            runtime=manifest.runtime, trajectories=shard["trajectories"],
+            concurrency=manifest.concurrency, timeout=manifest.timeout, models=manifest.models,
+            task_ids=manifest.tasks, state_dir=state, progress=False, judge=manifest.judge,
+            judge_prompts=manifest.judge_prompts, image=manifest.image, run_id=manifest.run_id,
+            only=attempts,
+        )  # fmt: skip
+    finally:
+        if not shard.get("state_dir"):
+            _release(state)
+    done = {"host": socket.gethostname(), "job": job, "episodes": len(result.records)}
+    shard_path.with_suffix(".done").write_text(json.dumps(done))
+    return 0
+
+
+def sweep(tmp: Path) -> None:
+    """Release what workers killed on this node left (a node-local /tmp that outlives jobs):
+    state dirs whose runtime had started (a store) and whose lock no live process holds."""
+    from pomona.orchestrator.gc import collect
+
+    for state in tmp.glob("pomona-slurm-*"):
+        if not (state / "store").exists():
+            continue  # not started yet, or not a state dir: never someone else's in the making
+        with open(state / "lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live worker's
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        collect(state)
+        shutil.rmtree(state, ignore_errors=True)
+        print(f"released {state}, left by a killed worker", flush=True)
+
+
+def _release(state: str) -> None:
+    """The node-local state directory's sandboxes, store and files, once the shard is played."""
+    from pomona.gym.sandboxes import _close_all
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    _close_all()
+    if Path(state, "store").exists():
+        LocalRuntime(state).unmount_store()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(play(Path(sys.argv[1])))
