@@ -573,6 +573,37 @@ REPORT = (
 )
 
 
+def act_out(handler: BaseHTTPRequestHandler, path: str) -> None:
+    """Act out a Hazards answer that is not a page at once."""
+    if path == "/stall":
+        time.sleep(STALL)
+        return
+    if path == "/trickle":
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/html; charset=utf-8")
+        handler.end_headers()
+        handler.wfile.write(b"<!doctype html><html><body><p>The start of a page")
+        handler.wfile.flush()
+        time.sleep(STALL)
+        return
+    name = path.rsplit("/", 1)[1]
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/octet-stream")
+    handler.send_header("Content-Disposition", f"attachment; filename={quote(name)}")
+    if name != "big.bin":
+        body = b"A small report.\n"
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        return
+    handler.end_headers()
+    chunk = b"\0" * 65536
+    with contextlib.suppress(OSError):  # the browser gave up on it
+        for _ in range(STALL * 100):
+            handler.wfile.write(chunk)
+            time.sleep(0.01)
+
+
 def make_handler(
     sites: dict[str, Site], state: State, miniwob: Path | None
 ) -> type[BaseHTTPRequestHandler]:
@@ -610,7 +641,7 @@ def make_handler(
                     status, body, location = site.route(method, url.path, query, form)
                 except Stall:
                     state.log(site=name, method=method, path=url.path, query=query, status=0)
-                    return self.stall(url.path)
+                    return act_out(self, url.path)
                 except (ValueError, KeyError):
                     status, body, location = (
                         400,
@@ -619,36 +650,6 @@ def make_handler(
                     )
             state.log(site=name or host, method=method, path=url.path, query=query, status=status)
             self.respond(status, body.encode(), "text/html; charset=utf-8", location)
-
-        def stall(self, path: str) -> None:
-            """Act out a Hazards answer that is not a page at once."""
-            if path == "/stall":
-                time.sleep(STALL)
-                return
-            if path == "/trickle":
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.end_headers()
-                self.wfile.write(b"<!doctype html><html><body><p>The start of a page")
-                self.wfile.flush()
-                time.sleep(STALL)
-                return
-            name = path.rsplit("/", 1)[1]
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Disposition", f"attachment; filename={quote(name)}")
-            if name != "big.bin":
-                body = b"A small report.\n"
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            self.end_headers()
-            chunk = b"\0" * 65536
-            with contextlib.suppress(OSError):  # the browser gave up on it
-                for _ in range(STALL * 100):
-                    self.wfile.write(chunk)
-                    time.sleep(0.01)
 
         def static(self, root: Path, path: str) -> None:
             target = (root / path.lstrip("/")).resolve()
