@@ -31,7 +31,7 @@ async def _submit(
     execs = state.execs
     await execs.acquire()
     try:
-        job, new = await state.coordinator.submit(
+        job, new = await state.coordinator.jobs.submit(
             who, sandbox, body.exec_request(), key or body.idempotency_key, on_finish=execs.release
         )
     except BaseException:
@@ -62,7 +62,7 @@ async def exec_(
 ) -> JobView:
     job = await _submit(state, who, sandbox, body, idempotency_key)
     if body.wait:
-        job = await state.coordinator.wait(who, job.id, (body.timeout or 3600) + 60)
+        job = await state.coordinator.jobs.wait(who, job.id, (body.timeout or 3600) + 60)
     return JobView.of(job)
 
 
@@ -89,7 +89,7 @@ async def exec_stream(
 
     async def lines() -> AsyncIterator[bytes]:
         try:
-            async for item in state.coordinator.stream(who, job.id):
+            async for item in state.coordinator.jobs.stream(who, job.id):
                 kind = {"type": "chunk"} if isinstance(item, ExecChunk) else {"type": "result"}
                 yield json.dumps({**kind, **item.model_dump()}).encode() + b"\n"
         except PomonaError as e:
@@ -117,12 +117,12 @@ async def cancel_exec(
     key = idempotency_key or body.idempotency_key
     if not key:
         raise InvalidRequest("cancelling an exec needs the Idempotency-Key it was sent with")
-    return JobView.of(await coord.cancel_exec(who, sandbox, body.exec_request(), key))
+    return JobView.of(await coord.jobs.cancel_exec(who, sandbox, body.exec_request(), key))
 
 
 @router.get("/jobs/{job_id}", response_model=JobView, responses=ERRORS)
 async def get_job(job_id: str, who: Who, coord: Coord) -> JobView:
-    return JobView.of(await coord.job(who, job_id))
+    return JobView.of(await coord.jobs.job(who, job_id))
 
 
 @router.get(
@@ -133,12 +133,12 @@ async def get_job(job_id: str, who: Who, coord: Coord) -> JobView:
 async def wait_job(
     job_id: str, who: Who, coord: Coord, timeout: Annotated[float, Query(gt=0, le=86400)] = 300
 ) -> JobView:
-    return JobView.of(await coord.wait(who, job_id, timeout))
+    return JobView.of(await coord.jobs.wait(who, job_id, timeout))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobView, responses=ERRORS)
 async def cancel_job(job_id: str, who: Who, coord: Coord) -> JobView:
-    return JobView.of(await coord.cancel(who, job_id))
+    return JobView.of(await coord.jobs.cancel(who, job_id))
 
 
 @router.post("/sandboxes/{sandbox_id}/apply_patch", response_model=PatchView, responses=ERRORS)
