@@ -5,10 +5,12 @@ For each runtime: N sandboxes run concurrently, each create -> the four commands
 same with a login shell). Reported: create (to ready) and exec p50/p90/p99, throughput in
 commands per second of wall time, success rate. The same through the REST service (`pomona serve`
 in its own process, the HTTP column), and the two Orchard runs side by side with their ratio.
-Then what a user would do instead: plain `docker run` and `docker exec` with the CLI. Then
+Then what a user would do instead: plain `docker run` and `docker exec` with the CLI; the docker
+runtime under gVisor (isolation="gvisor") beside the CLI on runsc, for gVisor's cost. Then
 snapshot and fork(8) of a 200 MB workspace.
 
     .venv/bin/python perf/sandbox_bench.py [--n-local 1000] [--n-http 1000] [--n-docker 50]
+        [--n-gvisor 20]
 
 Prints one table; no assertion anywhere. Percentiles interpolate as Orchard's do: k=(n-1)p/100.
 """
@@ -120,19 +122,21 @@ async def sequential(
         return creates, execs
 
 
-def docker_cli(image: str, n: int) -> tuple[list[float], list[float]]:
+def docker_cli(image: str, n: int, runtime: str = "runc") -> tuple[list[float], list[float]]:
+    """What a user would do instead: `docker run --rm` and `docker exec`, on one OCI runtime."""
     runs, execs = [], []
     for _ in range(n):
         t = time.perf_counter()
         subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", image, "true"],
+            ["docker", "run", "--rm", "--runtime", runtime, "--network", "none", image, "true"],
             check=True,
             capture_output=True,
         )
         runs.append(time.perf_counter() - t)
     name = f"pomona-bench-{os.getpid()}"
     subprocess.run(
-        ["docker", "run", "-d", "--name", name, "--network", "none", image, "sleep", "600"],
+        ["docker", "run", "-d", "--name", name, "--runtime", runtime, "--network", "none"]
+        + [image, "sleep", "600"],
         check=True,
         capture_output=True,
     )
@@ -144,6 +148,36 @@ def docker_cli(image: str, n: int) -> tuple[list[float], list[float]]:
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     return runs, execs
+
+
+def container_columns(args: argparse.Namespace, state: Path, rows: list[tuple[str, ...]]) -> None:
+    """The docker runtime, then the same under gVisor (isolation="gvisor", runsc on the ptrace
+    platform), each beside the docker CLI on the same OCI runtime."""
+    from tests.images import debian_image
+
+    image = debian_image()
+    runsc = (
+        b'"runsc"'
+        in subprocess.run(
+            ["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True
+        ).stdout
+    )
+    columns = [("docker", "runc", args.n_docker)]
+    if runsc and args.n_gvisor:
+        columns.append(("gvisor", "runsc", args.n_gvisor))
+    for name, oci, n in columns:
+        measure(Target(name, runtime=name, state=str(state / name)), image, n, rows)
+        runs, execs = docker_cli(image, 30 if oci == "runc" else 10, oci)
+        for what, values in (("docker run --rm true", runs), ("docker exec true", execs)):
+            rows.append(
+                (
+                    f"docker CLI ({oci}): {what} (x{len(values)})",
+                    ms(pct(values, 50)),
+                    ms(pct(values, 90)),
+                    ms(pct(values, 99)),
+                    "",
+                )
+            )
 
 
 async def snapshot_fork(target: Target, image: str) -> tuple[float, float, float]:
@@ -265,6 +299,7 @@ def main() -> None:
     parser.add_argument("--n-local", type=int, default=1000)
     parser.add_argument("--n-http", type=int, default=1000)
     parser.add_argument("--n-docker", type=int, default=50)
+    parser.add_argument("--n-gvisor", type=int, default=20, help="0 skips the gVisor column")
     parser.add_argument("--skip-docker", action="store_true")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--redis", action="store_true", help="the service's store in a real Redis")
@@ -299,34 +334,7 @@ def main() -> None:
             if redis:
                 redis.close()
     if have_docker:
-        from tests.images import debian_image
-
-        image = debian_image()
-        measure(
-            Target("docker", runtime="docker", state=str(state / "docker")),
-            image,
-            args.n_docker,
-            rows,
-        )
-        runs, execs = docker_cli(image, 30)
-        rows.append(
-            (
-                "docker CLI: docker run --rm true (x30)",
-                ms(pct(runs, 50)),
-                ms(pct(runs, 90)),
-                ms(pct(runs, 99)),
-                "",
-            )
-        )
-        rows.append(
-            (
-                "docker CLI: docker exec true (x30)",
-                ms(pct(execs, 50)),
-                ms(pct(execs, 90)),
-                ms(pct(execs, 99)),
-                "",
-            )
-        )
+        container_columns(args, state, rows)
     rows.append(
         ("Orchard Env (published): exec average", "280", "", "", "k8s; 1,000 sandboxes in 26 s")
     )

@@ -156,7 +156,7 @@ def pomona_runtime(name: str) -> Iterator[tuple[SandboxClient, str]]:
         from pomona.orchestrator.runtimes.local import LocalRuntime
 
         LocalRuntime(state).unmount_store()
-    elif name == "docker":
+    elif name in ("docker", "gvisor"):
         from tests.images import debian_image
 
         with SandboxClient(name, state_dir=state) as client:
@@ -201,7 +201,7 @@ def _standin_client() -> Iterator[tuple[SandboxClient, str]]:
             yield sandboxes, image
 
 
-COLUMNS = ("local", "docker", "podman", "kubernetes")
+COLUMNS = ("local", "docker", "podman", "gvisor", "kubernetes")
 
 
 # -- the table --------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
-        "--runtime", default="local", choices=["local", "docker", "podman", "kubernetes"]
+        "--runtime", default="local", choices=["local", "docker", "podman", "gvisor", "kubernetes"]
     )
     p.add_argument("--state-dir", default="/var/lib/pomona", help="sandboxes and the SQLite store")
     p.add_argument("--redis", metavar="URL", help="share state with other replicas through Redis")

@@ -79,13 +79,18 @@ def create_options(
     image: str,
     labels: dict[str, str],
     seccomp: str,
+    oci_runtime: str | None = None,
+    extra_mounts: dict[str, str] | None = None,
 ) -> ContainerOptions:
     """The create call for one sandbox, with Pomona's floor (runtimes/hardening.py); `seccomp`
-    is the profile as this engine takes it (the JSON, or a path to it)."""
+    is the profile as this engine takes it (the JSON, or a path to it), `oci_runtime` the
+    engine's name of the OCI runtime to run it under (runsc, for gVisor), if not its default,
+    `extra_mounts` host files Pomona itself binds in read-only (host path -> sandbox path)."""
     for m in spec.mounts:  # the engine would create a missing source, as root, on the host
         if not os.path.exists(m.host_path()):
             raise InvalidRequest(f"mount source {m.source} does not exist on the host")
     binds = {m.host_path(): _bind(m.target, m.read_only) for m in spec.mounts}
+    binds.update({host: _bind(inside, True) for host, inside in (extra_mounts or {}).items()})
     create: dict[str, Any] = dict(
         image=image,
         command=["sleep", "infinity"],
@@ -106,6 +111,8 @@ def create_options(
         cap_drop=["ALL"],
         cap_add=list(hardening.ROOT_CAPABILITIES),
     )
+    if oci_runtime:
+        host["runtime"] = oci_runtime
     if binds:
         create["volumes"] = [b["bind"] for b in binds.values()]
         host["binds"] = binds

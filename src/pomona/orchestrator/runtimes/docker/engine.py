@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pomona.errors import RuntimeUnavailable, SandboxFailed
@@ -71,8 +72,10 @@ class EngineExec:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         multiplexed: bool = True,
+        signal_inside: Callable[[int], Awaitable[None]] | None = None,
     ):
         self.api, self.exec_id = api, exec_id
+        self.signal_inside = signal_inside  # gVisor: the host pid is not the command's
         self.reader, self.writer = reader, writer
         # bounded: a slow consumer stops us reading the socket, so the engine stops too
         self.queue: asyncio.Queue[execution.Output] = asyncio.Queue(maxsize=execution.QUEUE_LIMIT)
@@ -103,7 +106,14 @@ class EngineExec:
                 self.writer.write_eof()  # half-close: the command reads EOF
 
     async def _inspect(self) -> dict:
-        return await asyncio.to_thread(self.api.exec_inspect, self.exec_id)
+        """The exec's state; an exec the engine forgot (its container ended: a command killed
+        the sandbox's init, or a memory limit ended a gVisor sandbox whole) ended killed."""
+        try:
+            return await asyncio.to_thread(self.api.exec_inspect, self.exec_id)
+        except Exception as e:
+            if getattr(getattr(e, "response", None), "status_code", None) != 404:
+                raise
+            return {"Running": False, "ExitCode": 128 + signal.SIGKILL, "Pid": 0}
 
     async def _find_pid(self) -> int | None:
         """The exec's host pid once it runs; None if it already finished."""
@@ -144,10 +154,15 @@ class EngineExec:
     async def kill(self) -> None:
         """SIGKILL to the exec's process group (engine execs lead their own session)."""
         self.killed = True
+        await self._signal(signal.SIGKILL)
+
+    async def _signal(self, signum: int) -> None:
         pid = self.pid or await self._find_pid()
-        if pid:
+        if pid and self.signal_inside is not None:
+            await self.signal_inside(signum)
+        elif pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(pid, signum)
 
     async def close(self) -> None:
         self.demux.cancel()
@@ -162,9 +177,14 @@ class DockerPty(EngineExec):
     """A terminal exec (Tty: true): one raw byte stream, resized through the engine's API."""
 
     def __init__(
-        self, api: Any, exec_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        api: Any,
+        exec_id: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        signal_inside: Callable[[int], Awaitable[None]] | None = None,
     ):
-        super().__init__(api, exec_id, reader, writer, multiplexed=False)
+        super().__init__(api, exec_id, reader, writer, False, signal_inside)
         self.exit_code: int | None = None
 
     async def read(self, timeout: float | None = None) -> bytes:
@@ -183,11 +203,8 @@ class DockerPty(EngineExec):
         await asyncio.to_thread(self.api.exec_resize, self.exec_id, height=rows, width=cols)
 
     async def signal(self, signum: int) -> None:
-        pid = self.pid or await self._find_pid()
-        if pid:
-            self.killed = True  # an exit of 128+N now means our signal N
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signum)
+        self.killed = True  # an exit of 128+N now means our signal N
+        await self._signal(signum)
 
     async def wait(self, timeout: float | None = None) -> int | None:  # type: ignore[override]
         if self.exit_code is None:
