@@ -131,15 +131,6 @@ def _binary(name: str, package: str, what: str, required: bool = True) -> Check:
     return Check(what, False, f"{name} is not installed", install(package), required)
 
 
-def check_bubblewrap() -> Check:
-    code, out = _run(["bwrap", "--version"])
-    if code == 127:
-        return Check("bubblewrap", False, "bwrap is not installed", install("bubblewrap"))
-    return Check(
-        "bubblewrap", code == 0, _first_line(out), None if code == 0 else install("bubblewrap")
-    )
-
-
 def _userns_fix() -> str:
     """The knob that forbids unprivileged user namespaces on this kernel, as a sysctl command."""
     knobs = {
@@ -367,13 +358,10 @@ def _fix_from(message: str) -> str | None:
 
 
 def local_report() -> Report:
-    report = Report("local", "bubblewrap sandboxes on this machine: the default runtime")
+    report = Report("local", "namespaced sandboxes on this machine: the default runtime")
     report.checks += [
         check_local_runtime(),
-        check_bubblewrap(),
-        _binary("busybox", "busybox-static", "busybox-static (a sandbox's init and exec gate)")
-        if not Path("/bin/busybox").exists()
-        else Check("busybox-static (a sandbox's init and exec gate)", True, "/bin/busybox"),
+        _binary("cc", "gcc libc6-dev", "a C compiler (builds pomona-init and pomona-enter)"),
         check_user_namespaces(),
         check_overlay(),
         *check_subids(),

@@ -86,17 +86,6 @@ def test_a_read_only_mount_stays_read_only_for_root(in_process, payload_dir, use
     assert "pwned" not in result.stdout
 
 
-def test_the_exec_gate_cannot_be_remounted_writable(local_client):
-    """The gate is the host's own busybox: a writable gate would be a writable host binary."""
-    with local_client.create_sandbox("host", user="root") as sb:
-        result = sb.exec(
-            "mount -o remount,rw,bind /dev/.pomona/busybox 2>&1; "
-            "grep ' /dev/.pomona/busybox ' /proc/self/mountinfo"
-        )
-    options = result.stdout.strip().splitlines()[-1].split()[5]
-    assert options.split(",")[0] == "ro", result.stdout
-
-
 def test_the_orchestrator_environment_never_reaches_a_sandbox(local_client, monkeypatch):
     """Root inside can read every process's environment in its pid namespace, the init's too."""
     monkeypatch.setenv("POMONA_API_KEYS", "admin:orchestrator-secret-4242")
@@ -107,39 +96,71 @@ def test_the_orchestrator_environment_never_reaches_a_sandbox(local_client, monk
     assert os.environ["POMONA_API_KEYS"] == "admin:orchestrator-secret-4242"
 
 
-REMOUNT_RAW = textwrap.dedent("""
-    import ctypes, errno, sys
+# Root inside with every capability of its user namespace and no seccomp filter: the host's
+# Python joins the sandbox's namespaces the way pomona-enter does, becomes root inside, and
+# skips the filter. Whatever it is refused now, the kernel refuses.
+UNFILTERED_ROOT = textwrap.dedent("""
+    import ctypes, errno, json, os, sys
     libc = ctypes.CDLL(None, use_errno=True)
+    init = sys.argv[1]
+    fds = {n: os.open(f"/proc/{init}/ns/{n}", os.O_RDONLY) for n in ("user", "mnt", "ipc", "uts", "pid")}
+    root = os.open(f"/proc/{init}/root", os.O_RDONLY)
+    for n in ("ipc", "uts", "pid", "mnt", "user"):
+        if n == "user":
+            os.fchdir(root); os.chroot(".")
+        assert libc.setns(fds[n], 0) == 0, (n, ctypes.get_errno())
+    os.setgroups([]); os.setresgid(0, 0, 0); os.setresuid(0, 0, 0)
+    child = os.fork()  # into the sandbox's pid namespace, where its /proc/self is
+    if child:
+        sys.exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+    def err(result):
+        return "done" if result == 0 else errno.errorcode[ctypes.get_errno()]
+    def attempt(call):
+        try:
+            call()
+            return "done"
+        except OSError as e:
+            return errno.errorcode[e.errno]
+    def write(path, data):
+        with open(path, "w") as f:
+            f.write(data)
     MS_REMOUNT, MS_BIND = 32, 4096
-    failed = libc.mount(None, sys.argv[1].encode(), None, MS_REMOUNT | MS_BIND, None) != 0
-    print(errno.errorcode[ctypes.get_errno()] if failed else "REMOUNTED")
+    print(json.dumps({
+        "remount": [err(libc.mount(None, t.encode(), None, MS_REMOUNT | MS_BIND, None)) for t in sys.argv[2:]],
+        "mount tmpfs": err(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
+        "umount /proc/sys": err(libc.umount2(b"/proc/sys", 2)),
+        "core_pattern": attempt(lambda: write("/proc/sys/kernel/core_pattern", open("/proc/sys/kernel/core_pattern").read())),
+        "sethostname": err(libc.sethostname(b"x", 1)),
+        "mknod /dev/vda": attempt(lambda: os.mknod("/tmp/disk", 0o600 | 0o060000, os.makedev(254, 0))),
+        "capabilities": open("/proc/self/status").read().split("CapEff:")[1].split()[0],
+    }))
 """)
 
 
-def test_the_kernel_locks_read_only_mounts_even_without_the_filter(local_client, payload_dir):
-    """Defence in depth: root with every capability of the sandbox's user namespace and no seccomp
-    filter (this host's nsenter, not the sandbox's way in) still cannot remount read-write."""
+def test_the_kernel_refuses_root_inside_even_without_the_filter(local_client, payload_dir):
+    """Defence in depth: root with every capability of the sandbox's user namespace and no
+    seccomp filter cannot remount a read-only mount writable, mount, unmount a mask, write a
+    host sysctl, set the hostname or make a device node: the sandbox's mount, uts and pid
+    namespaces belong to the host's user namespace, and root inside is an unprivileged host id."""
     import subprocess
 
     mount = Mount(source=str(payload_dir), target="/opt/pomona/tools")
     with local_client.create_sandbox("host", user="root", mounts=[mount]) as sb:
-        idle = local_client._async._runtime.sandboxes[sb.id].record.idle_pid
-        for target in ("/opt/pomona/tools", "/dev/.pomona/busybox"):
-            done = subprocess.run(
-                [
-                    "nsenter",
-                    "-t",
-                    str(idle),
-                    "-U",
-                    "-m",
-                    "--",
-                    "python3",
-                    "-c",
-                    REMOUNT_RAW,
-                    target,
-                ],
-                capture_output=True,
-                text=True,
-            )
-            assert done.stdout.strip() == "EPERM", (target, done.stdout, done.stderr)
+        init = local_client._async._runtime.sandboxes[sb.id].record.init_pid
+        done = subprocess.run(
+            ["python3", "-c", UNFILTERED_ROOT, str(init), "/opt/pomona/tools", "/proc/sys"],
+            capture_output=True,
+            text=True,
+        )
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert int(outcome.pop("capabilities"), 16) != 0  # every capability of its own namespace
+    assert outcome == {
+        "remount": ["EPERM", "EPERM"],
+        "mount tmpfs": "EPERM",
+        "umount /proc/sys": "EPERM",
+        "core_pattern": "EROFS",
+        "sethostname": "EPERM",
+        "mknod /dev/vda": "EPERM",
+    }
     assert (payload_dir / "payload.txt").read_text() == "original payload\n"

@@ -24,80 +24,13 @@ pytestmark = pytest.mark.skipif(
     not docker_available(), reason="the baseline is Docker's defaults (./dev services)"
 )
 
-# Issue 22 item 1 (branch `iso`: per-sandbox id ranges, private /dev, masks, capabilities) closes
-# these on `local`; until it lands they are the local runtime's measured gaps, and only these.
-_BEYOND_DOCKER = (
-    "DAC_READ_SEARCH",
-    "LINUX_IMMUTABLE",
-    "NET_BROADCAST",
-    "NET_ADMIN",
-    "IPC_LOCK",
-    "IPC_OWNER",
-    "SYS_MODULE",
-    "SYS_RAWIO",
-    "SYS_PTRACE",
-    "SYS_PACCT",
-    "SYS_ADMIN",
-    "SYS_BOOT",
-    "SYS_NICE",
-    "SYS_RESOURCE",
-    "SYS_TIME",
-    "SYS_TTY_CONFIG",
-    "LEASE",
-    "AUDIT_CONTROL",
-    "MAC_OVERRIDE",
-    "MAC_ADMIN",
-    "SYSLOG",
-    "WAKE_ALARM",
-    "BLOCK_SUSPEND",
-    "AUDIT_READ",
-    "PERFMON",
-    "BPF",
-    "CHECKPOINT_RESTORE",
-)
-_LOCAL_CAPS = [f"cap.{kind}.{cap}" for kind in ("eff", "bnd") for cap in _BEYOND_DOCKER]
 # gVisor (runsc 2022-12, Debian's): its own kernel shows its own /dev/fuse (the Sentry's FUSE;
 # a mount, which the filter refuses, is needed to use it; runsc does not mask /dev paths), lets
 # a process lower its own nice value and uid 1000 read the init's environment (the Sentry's
-# permission checks), and the commands' filter is local's (linux/seccomp.py), which still
-# allows get_mempolicy (see local's gaps above).
-_GVISOR = {"dev.fuse", "dev.unusual_nodes", "syscall.setpriority_raise", "syscall.get_mempolicy"}
+# permission checks).
+_GVISOR = {"dev.fuse", "dev.unusual_nodes", "syscall.setpriority_raise"}
 KNOWN_GAPS: dict[str, dict[str, set[str]]] = {
     "gvisor": {"root": _GVISOR, "user": {*_GVISOR, "proc.init_environ"}},
-    "local": {
-        "root": {
-            *_LOCAL_CAPS,
-            "ptrace.process_vm_readv",
-            "ptrace.kcmp",
-            "syscall.setns",
-            "syscall.sethostname",
-            "syscall.setdomainname",
-            "syscall.personality",
-            "syscall.get_mempolicy",
-            "dev.devtmpfs_mounted",
-            "proc.keys",
-            "proc.timer_list",
-            "proc.sys_writable",
-            "sysctl.kernel.core_pattern",
-            "sysctl.kernel.randomize_va_space",
-            "sysctl.vm.overcommit_memory",
-            "sysctl.fs.protected_symlinks",
-            "sysctl.user.max_user_namespaces",
-            "sysctl.kernel.hostname",
-            "sysctl.kernel.shmmax",
-            "sysctl.net.ipv4.ip_forward",
-            "sysctl.net.core.somaxconn",
-            "net.admin",
-        },
-        "user": {
-            *(c for c in _LOCAL_CAPS if c.startswith("cap.bnd.")),
-            "ptrace.process_vm_readv",
-            "ptrace.kcmp",
-            "syscall.personality",
-            "syscall.get_mempolicy",
-            "dev.devtmpfs_mounted",
-        },
-    },
 }
 
 

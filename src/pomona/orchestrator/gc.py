@@ -3,8 +3,8 @@
 A runtime holds a shared flock on its state directory's `lock` file while it runs. When gc gets
 the lock exclusively, nobody uses the directory, so everything of it goes: sandbox processes
 (found by the cgroups and the command lines that name the directory), mounts under it (deepest
-first), the loop devices behind them, the runtime's cgroups and the Docker containers labelled
-with it. When someone does use it, only sandboxes whose init and creator are both dead go.
+first), the loop devices behind them, the runtime's cgroups, the host id ranges its sandboxes
+held and the Docker containers labelled with it. When someone does use it, only sandboxes whose init and creator are both dead go.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from pomona.orchestrator.linux.cgroups import ROOT as CGROUP_ROOT
+from pomona.orchestrator.linux.idranges import release_all
 from pomona.orchestrator.linux.statedirs import registered
 from pomona.orchestrator.linux.syscalls import (
     alive,
@@ -113,6 +113,7 @@ def _everything(root: Path) -> list[str]:
         if subprocess.run(["losetup", "-d", device], capture_output=True).returncode == 0:
             released.append(f"loop device {device}")
     _remove_cgroups(_cgroup_dirs(root))
+    released += [f"host id range {base}" for base in release_all(root)]
     released += _containers(root)
     return released
 
@@ -120,19 +121,19 @@ def _everything(root: Path) -> list[str]:
 def _dead_sandboxes(root: Path) -> list[str]:
     """Someone uses the state dir: remove only sandboxes whose init and creator both died."""
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.runtimes.local.build import teardown
+    from pomona.orchestrator.runtimes.local.records import Record
 
     runtime = LocalRuntime(root)
     released = []
     for path in sorted((runtime.state / "sandboxes").glob("*/record.json")):
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+            record = Record.load(path.parent)
+        except (OSError, ValueError, TypeError):
             continue
-        if alive(record.get("init_pid", 0), record.get("init_start", 0)) or alive(
-            record.get("owner_pid", 0), record.get("owner_start", 0)
-        ):
+        if alive(record.init_pid, record.init_start) or alive(record.owner_pid, record.owner_start):
             continue
-        runtime._teardown(path.parent, None, None)
+        teardown(runtime._live(record, path.parent), root)
         released.append(f"sandbox {path.parent.name}")
     return released
 

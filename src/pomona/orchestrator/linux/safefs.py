@@ -15,7 +15,7 @@ import posixpath
 import shutil
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pomona.errors import (
     FileNotFoundInSandbox,
@@ -23,7 +23,7 @@ from pomona.errors import (
     PathOutsideSandbox,
     TooLarge,
 )
-from pomona.orchestrator.linux.syscalls import open_in_root
+from pomona.orchestrator.linux.syscalls import creating_as, open_in_root
 from pomona.orchestrator.types import FileInfo, FileType, check_text
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -71,18 +71,35 @@ def _translate(error: OSError, path: str) -> Exception:
 
 
 class SandboxFS:
-    """The files API over one root directory (an overlay mount on the host)."""
+    """The files API over one sandbox's root filesystem, from the host.
 
-    def __init__(self, root: str, uid: int = 0, gid: int = 0, max_read: int = MAX_READ):
-        self.root, self.uid, self.gid, self.max_read = root, uid, gid, max_read
+    `open_root` gives a directory fd on that root (the local runtime's: a copy of the overlay
+    mount with nothing mounted under it, so no walk can enter /proc or a bind mount). uid and
+    gid are the sandbox user's ids inside; `base` is the first host id of the sandbox's range
+    (its ids inside are host ids base..base+65535): what the host creates there is owned by
+    base + uid, and archives carry the ids inside."""
+
+    def __init__(
+        self,
+        open_root: Callable[[], int],
+        uid: int = 0,
+        gid: int = 0,
+        base: int = 0,
+        max_read: int = MAX_READ,
+    ):
+        self.open_root, self.uid, self.gid, self.base = open_root, base + uid, base + gid, base
+        self.max_read = max_read
 
     @contextlib.contextmanager
     def _root(self) -> Iterator[int]:
-        fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = self.open_root()
         try:
             yield fd
         finally:
             os.close(fd)
+
+    def _creating(self) -> contextlib.AbstractContextManager[None]:
+        return creating_as(self.uid, self.gid)
 
     def read(self, path: str) -> bytes:
         with self._root() as root, _opened(root, path, os.O_RDONLY | NONBLOCK) as fd:
@@ -103,7 +120,7 @@ class SandboxFS:
         parent, name = posixpath.split(path)
         if not name:
             raise InvalidRequest(f"{path!r} names a directory, not a file")
-        with self._root() as root:
+        with self._root() as root, self._creating():
             self._makedirs(root, parent)
             # no O_TRUNC before the type is known: truncating is only for regular files
             with _opened(root, path, os.O_WRONLY | os.O_CREAT | NONBLOCK, mode) as fd:
@@ -120,7 +137,7 @@ class SandboxFS:
                     raise _translate(e, path) from None
 
     def mkdir(self, path: str) -> None:
-        with self._root() as root:
+        with self._root() as root, self._creating():
             self._makedirs(root, path)
 
     def _makedirs(self, root: int, path: str) -> None:
@@ -185,14 +202,18 @@ class SandboxFS:
             info = self.stat(path)
             if info.type == "directory":
                 with _opened(root, path, DIR_FLAGS & ~os.O_NOFOLLOW) as fd:
-                    _add_tree(tar, fd, ".")
+                    _add_tree(tar, fd, ".", self.base)
             else:
                 with _opened(root, path, os.O_RDONLY | NONBLOCK) as fd:
-                    _add_file(tar, fd, posixpath.basename(path), _regular(fd, path))
+                    _add_file(tar, fd, posixpath.basename(path), _regular(fd, path), self.base)
         return buf.getvalue()
 
     def tar_in(self, path: str, data: bytes) -> None:
-        with self._root() as root, tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+        with (
+            self._root() as root,
+            self._creating(),
+            tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar,
+        ):
             self._makedirs(root, path)
             with _opened(root, path, DIR_FLAGS & ~os.O_NOFOLLOW) as base:
                 for member in tar:
@@ -283,24 +304,29 @@ def _info(name: str, path: str, st: os.stat_result) -> FileInfo:
     )
 
 
-def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
+def _inside(host_id: int, base: int) -> int:
+    """A host id as the sandbox sees it (the overflow id, 65534, if outside its range)."""
+    return host_id - base if 0 <= host_id - base < 65536 else 65534
+
+
+def _tarinfo(name: str, st: os.stat_result, base: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
-    info.uid, info.gid = st.st_uid, st.st_gid
+    info.uid, info.gid = _inside(st.st_uid, base), _inside(st.st_gid, base)
     return info
 
 
-def _add_file(tar: tarfile.TarFile, fd: int, name: str, st: os.stat_result) -> None:
-    info = _tarinfo(name, st)
+def _add_file(tar: tarfile.TarFile, fd: int, name: str, st: os.stat_result, base: int) -> None:
+    info = _tarinfo(name, st, base)
     info.size = st.st_size
     with os.fdopen(os.dup(fd), "rb") as f:
         tar.addfile(info, f)
 
 
-def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str) -> None:
+def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str, base: int) -> None:
     """Walk by directory fds with O_NOFOLLOW, with an explicit stack (no recursion, so depth
     cannot exhaust Python's stack): a symlink is archived as a link, never followed."""
-    info = _tarinfo(top, os.fstat(top_fd))
+    info = _tarinfo(top, os.fstat(top_fd), base)
     info.type = tarfile.DIRTYPE
     tar.addfile(info)
     stack = [(os.dup(top_fd), top, sorted(os.listdir(top_fd), reverse=True))]
@@ -315,7 +341,7 @@ def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str) -> None:
             try:
                 st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
                 if stat.S_ISLNK(st.st_mode):
-                    info = _tarinfo(name, st)
+                    info = _tarinfo(name, st, base)
                     info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry, dir_fd=dir_fd)
                     tar.addfile(info)
                 elif stat.S_ISDIR(st.st_mode):
@@ -325,7 +351,7 @@ def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str) -> None:
                             "deep; archive a deeper part of the tree on its own"
                         )
                     child = os.open(entry, DIR_FLAGS, dir_fd=dir_fd)
-                    info = _tarinfo(name, os.fstat(child))
+                    info = _tarinfo(name, os.fstat(child), base)
                     info.type = tarfile.DIRTYPE
                     tar.addfile(info)
                     stack.append((child, name, sorted(os.listdir(child), reverse=True)))
@@ -334,7 +360,7 @@ def _add_tree(tar: tarfile.TarFile, top_fd: int, top: str) -> None:
                         entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | NONBLOCK, dir_fd=dir_fd
                     )
                     try:
-                        _add_file(tar, fd, name, os.fstat(fd))
+                        _add_file(tar, fd, name, os.fstat(fd), base)
                     finally:
                         os.close(fd)
             except OSError as e:  # gone, or swapped for a link, while we walked: skip it

@@ -5,8 +5,8 @@ Built once per process with libseccomp (ctypes against the system's libseccomp.s
 spirit of Docker's profile: every syscall libseccomp knows for x86-64 is allowed unless it is on
 the deny list below, and any other (newer than libseccomp, or of another ABI) fails with ENOSYS,
 which libc treats as "not here" and falls back from. The program is exported as raw BPF, which
-bubblewrap loads for a sandbox's init (`--seccomp FD`) and pomona-enter (seccomp_exec.c) loads for
-each command it takes into the sandbox.
+pomona-init (init.c) loads for a sandbox's init and pomona-enter (enter.c) for each command it
+takes into the sandbox, both from one sealed memfd.
 """
 
 from __future__ import annotations
@@ -16,15 +16,10 @@ import ctypes.util
 import errno
 import fcntl
 import functools
-import hashlib
 import os
-import shutil
-import subprocess
-from pathlib import Path
-
-from pomona.errors import RuntimeUnavailable
 
 SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_CMP_EQ = 4
 SCMP_CMP_MASKED_EQ = 7
 SCMP_ARCH_NATIVE = 0
 SCMP_FLTATR_CTL_OPTIMIZE = 8
@@ -104,6 +99,29 @@ DENIED = frozenset(
         "fanotify_init",
     }
 )
+# What Docker's profile allows only to holders of CAP_SYS_PTRACE, CAP_SYS_NICE or CAP_SYS_ADMIN,
+# which no Pomona sandbox holds: cross-process memory and descriptor comparison, NUMA policy,
+# and joining or renaming namespaces (pomona-init and pomona-enter do both before they load the
+# filter). Refused on every runtime (runtimes/hardening.py for the container engines).
+CAPABILITY_GATED = frozenset(
+    {
+        "kcmp",
+        "process_vm_readv",
+        "process_vm_writev",
+        "get_mempolicy",
+        "set_mempolicy",
+        "set_mempolicy_home_node",
+        "mbind",
+        "move_pages",
+        "migrate_pages",
+        "setns",
+        "sethostname",
+        "setdomainname",
+    }
+)
+# personality(2) with these only, as in Docker's profile: Linux, its 32-bit uname, address
+# space randomization off (for debuggers), and the query; other execution domains are refused
+PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 
 
 class _Cmp(ctypes.Structure):
@@ -178,10 +196,13 @@ def program() -> bytes:
         # a binary tree over syscall numbers: a few comparisons per syscall instead of hundreds
         lib.seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)
         for name, number in _known_syscalls(lib).items():
-            if name in DENIED:
+            if name in DENIED or name in CAPABILITY_GATED:
                 _rule(lib, ctx, _errno(errno.EPERM), number)
             elif name in ("clone", "unshare"):  # flags are the first argument of both
                 _rule(lib, ctx, SCMP_ACT_ALLOW, number, _masked(0, NAMESPACE_FLAGS, 0))
+            elif name == "personality":
+                for value in PERSONALITIES:
+                    _rule(lib, ctx, SCMP_ACT_ALLOW, number, _Cmp(0, SCMP_CMP_EQ, value, 0))
             elif name == "clone3":  # its flags sit in a struct seccomp cannot read: the default
                 continue  # action (ENOSYS) makes libc fall back to clone, whose flags it reads
             else:
@@ -206,51 +227,21 @@ def program() -> bytes:
 
 
 def memfd() -> int:
-    """A file descriptor holding the program, for bubblewrap's `--seccomp FD` (it reads it once)."""
-    fd = os.memfd_create("pomona-seccomp", 0)
+    """A sealed memfd holding the program: nothing can change it once written (no write, grow,
+    shrink or unseal, for anyone who reaches it through /proc either), so no sandbox can change
+    the filter another gets."""
+    fd = os.memfd_create("pomona-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.write(fd, program())
-    os.lseek(fd, 0, os.SEEK_SET)
+    fcntl.fcntl(
+        fd,
+        fcntl.F_ADD_SEALS,
+        fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL,
+    )
     return fd
-
-
-LOADER_SOURCE = Path(__file__).with_name("seccomp_exec.c")
-LOADER_DIR = Path(os.environ.get("POMONA_CACHE", "/var/cache/pomona")) / "bin"
-
-
-@functools.cache
-def loader() -> str:
-    """pomona-enter, the static helper that takes a command into a sandbox under the filter,
-    built once per machine (and again when its source changes) with the system's C compiler."""
-    source = LOADER_SOURCE.read_bytes()
-    binary = LOADER_DIR / f"pomona-enter-{hashlib.sha256(source).hexdigest()[:12]}"
-    if binary.exists():
-        return str(binary)
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise RuntimeUnavailable(
-            "the local runtime builds a small seccomp loader at first use and "
-            "needs a C compiler for it: apt-get install gcc libc6-dev (./dev setup)"
-        )
-    LOADER_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOADER_DIR / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not binary.exists():
-            staging = binary.with_suffix(".tmp")
-            built = subprocess.run(
-                [compiler, "-static", "-O2", "-o", str(staging), str(LOADER_SOURCE)],
-                capture_output=True,
-                text=True,
-            )
-            if built.returncode:
-                raise RuntimeUnavailable(
-                    f"building the seccomp loader failed: {built.stderr.strip()[-500:]}"
-                )
-            staging.replace(binary)
-    return str(binary)
 
 
 @functools.cache
 def shared_fd() -> int:
-    """The program in a memfd this process keeps open, passed to every loader it starts (the
-    loader reads it with pread, so the shared offset never moves)."""
+    """The program in one sealed memfd this process keeps open, passed to every pomona-init and
+    pomona-enter it starts (they read it with pread, so the shared offset never moves)."""
     return memfd()

@@ -1,5 +1,5 @@
-"""Thin ctypes bindings for the Linux calls Python 3.11 lacks: setns, openat2, prctl, mount;
-and the loop devices a lazy unmount lets go of later.
+"""Thin ctypes bindings for the Linux calls Python 3.11 lacks: setns, openat2, umount2, setfsuid
+and capset; and the loop devices a lazy unmount lets go of later.
 
 Kept in one place so the rest of the runtime reads as ordinary Python.
 """
@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import os
 import select
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -21,7 +23,8 @@ SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 MNT_DETACH = 2
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+SYS_CAPGET, SYS_CAPSET = 125, 126
+CAPABILITY_VERSION_3 = 0x20080522
 
 
 def _check(result: int, what: str) -> int:
@@ -36,31 +39,44 @@ def setns(fd: int, nstype: int = 0) -> None:
     _check(_libc.setns(fd, nstype), "setns")
 
 
-def mount_overlay(target: str, lowers: list[str], upper: str, work: str) -> None:
-    """mount(2) directly: a `mount` process per sandbox costs more than the mount itself."""
-    options = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}".encode()
-    _check(
-        _libc.mount(b"overlay", os.fsencode(target), b"overlay", 0, options),
-        f"mount overlay on {target}",
-    )
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
 
-def bind_readonly(source: str, target: str) -> None:
-    """A read-only bind mount made in the caller's (the host's) mount namespace. A sandbox's
-    user namespace, created later, receives it with the read-only flag locked by the kernel:
-    root inside cannot remount it read-write."""
-    _check(
-        _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None),
-        f"bind {source} on {target}",
-    )
-    flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _raise_effective() -> None:
+    """Every permitted capability made effective again, for this thread (a change of fsuid
+    away from 0 drops the file capabilities from the effective set)."""
+    header, data = _CapHeader(CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_syscall(SYS_CAPGET, ctypes.byref(header), data), "capget")
+    for half in data:
+        half.effective = half.permitted
+    _check(_syscall(SYS_CAPSET, ctypes.byref(header), data), "capset")
+
+
+@contextlib.contextmanager
+def creating_as(uid: int, gid: int) -> Iterator[None]:
+    """What this thread creates meanwhile is owned by uid:gid (host ids), with root's
+    capabilities kept: how the host writes into a sandbox whose layers are idmapped, where an
+    owner outside the sandbox's range cannot be stored at all (EOVERFLOW). Only the calling
+    thread changes (setfsuid is per thread, and glibc does not broadcast it)."""
+    _libc.setfsgid(gid)
+    _libc.setfsuid(uid)
     try:
-        _check(
-            _libc.mount(None, os.fsencode(target), None, flags, None), f"remount {target} read-only"
-        )
-    except OSError:
-        unmount(target)
-        raise
+        if _libc.setfsuid(-1) != uid:
+            raise OSError(errno.EPERM, f"setfsuid({uid}) did not take")
+        _raise_effective()
+        yield
+    finally:
+        _libc.setfsuid(0)
+        _libc.setfsgid(0)
 
 
 def unmount(target: str) -> None:
@@ -113,8 +129,8 @@ def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644) -> int:
 
 
 def processes_naming(directory: Path) -> list[int]:
-    """Processes whose command line names something under `directory`: a sandbox's bubblewrap
-    (`--bind DIR/rootfs /`) before it has exec'd the init and joined the sandbox's cgroup."""
+    """Processes whose command line names something under `directory`: what `pomona gc` ends
+    besides the state directory's cgroups (a tool an operator ran on the store, say)."""
     needle = os.fsencode(str(directory)) + b"/"
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

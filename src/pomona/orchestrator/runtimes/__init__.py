@@ -1,4 +1,4 @@
-"""The runtimes, one file each: `local` (bubblewrap + overlayfs + cgroups, the embedded default),
+"""The runtimes, one module each: `local` (namespaces + idmapped overlayfs + cgroups, the default),
 `docker` (the Docker Engine API, which Podman's compatible socket also speaks) and `kubernetes`
 (a Pod per sandbox; a package of its own, kubernetes/)."""
 

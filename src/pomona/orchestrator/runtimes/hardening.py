@@ -57,27 +57,7 @@ MASKED_PATHS = (
 )
 READ_ONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 
-# What Docker's profile allows only to holders of CAP_SYS_PTRACE, CAP_SYS_NICE or CAP_SYS_ADMIN,
-# which no Pomona sandbox holds: cross-process memory and descriptor comparison, NUMA policy,
-# and joining or renaming namespaces.
-CAPABILITY_GATED = frozenset(
-    {
-        "kcmp",
-        "process_vm_readv",
-        "process_vm_writev",
-        "get_mempolicy",
-        "set_mempolicy",
-        "set_mempolicy_home_node",
-        "mbind",
-        "move_pages",
-        "migrate_pages",
-        "setns",
-        "sethostname",
-        "setdomainname",
-    }
-)
-# The personalities Docker's profile allows: Linux, 32-bit Linux, 2.6-style uname, and the query.
-PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
+CAPABILITY_GATED, PERSONALITIES = seccomp.CAPABILITY_GATED, seccomp.PERSONALITIES
 AF_VSOCK = 40
 _RULED = {"clone", "unshare", "clone3", "personality", "socket"}
 
