@@ -18,9 +18,9 @@ import pytest
 
 from pomona import doctor
 from pomona.benchmarks import metrics
+from pomona.benchmarks.resume import RunManifest, stored
 from pomona.cli import main
 from pomona.harnesses import payload
-from pomona.trajectories.resume import RunManifest, stored
 from tests import slurm_cluster
 
 pytestmark = pytest.mark.skipif(

@@ -1,15 +1,15 @@
 """`pomona run --resume RUN`: play again exactly the attempts of a run that have no model result
 (missing: the run was killed while they played; or ended in an infrastructure failure), with the
 run's own settings from its manifest, under the same run id, so the trajectories hold one run.
-Which attempts those are is pomona.trajectories.resume's business; this module only runs them.
+Which attempts those are is pomona.benchmarks.resume's business; this module only runs them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pomona.benchmarks.resume import RunManifest, pending, stored
 from pomona.run import DEFAULT_TRAJECTORIES, RunResult, run_benchmark
-from pomona.trajectories.resume import RunManifest, pending, stored
 
 
 def resume_run(

@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks import leaderboard, metrics, registry, swebench
+from pomona.benchmarks import leaderboard, metrics, registry, resume, swebench
 from pomona.benchmarks.task import Task
 from pomona.harnesses.proxy_link import ProxyLink
 from pomona.slurm import cluster as slurm_cluster
-from pomona.trajectories import resume
 
 DEFAULT_HARNESS = "pi"  # the natural harness of the non-browser benchmarks
 DEFAULT_MODEL = "oracle"

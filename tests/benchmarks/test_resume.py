@@ -18,9 +18,9 @@ import pytest
 
 from pomona import trajectories
 from pomona.benchmarks import metrics
+from pomona.benchmarks.resume import RunManifest, current, pending, stored
 from pomona.cli import main
 from pomona.harnesses import payload
-from pomona.trajectories.resume import RunManifest, current, pending, stored
 
 FAILURES = ("sandbox", "harness", "proxy", "upstream", "verifier", "timeout")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from math import comb
 from typing import Any
 
-from pomona.trajectories.resume import current
+from pomona.benchmarks.resume import current
 
 Key = tuple[str, str, str]  # (benchmark, harness, model)
 

@@ -4,7 +4,7 @@ run's trajectory directory on the shared filesystem: one run, merged on read); t
 for the array, and an array task that ended without finishing its shard (its node failed, it was
 cancelled, it ran out of time) leaves its unplayed attempts typed as infra failures (`sandbox`:
 their sandboxes went with the node), which the next round submits again, up to `retries` times.
-An attempt with a model result is never submitted again (pomona.trajectories.resume decides).
+An attempt with a model result is never submitted again (pomona.benchmarks.resume decides).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks import metrics, swebench
+from pomona.benchmarks.resume import Attempt, RunManifest, current, pending, results, stored
 from pomona.run import RunResult, _swe_outputs, choose_tasks
 from pomona.slurm import cluster
 from pomona.slurm.cluster import SlurmSettings
 from pomona.trajectories import TrajectoryWriter
-from pomona.trajectories.resume import Attempt, RunManifest, current, pending, results, stored
 
 
 def shards(todo: list[Attempt], nodes: int) -> list[list[Attempt]]:

@@ -14,8 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pomona.benchmarks.resume import RunManifest
 from pomona.run import run_benchmark
-from pomona.trajectories.resume import RunManifest
 
 
 def play(shard_path: Path) -> int:

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks import swebench
+from pomona.benchmarks.resume import OutcomeLog, ResumeError
 from pomona.benchmarks.swebench import Prediction, SweInstance
 from pomona.benchmarks.swebench import datasets as swe_datasets
 from pomona.benchmarks.swebench import images as swe_images
 from pomona.orchestrator.sdk.client import SandboxClient
-from pomona.trajectories.resume import OutcomeLog, ResumeError
 
 GRADED = ("resolved", "unresolved", "empty")  # what the patch itself earned: never graded again
 
