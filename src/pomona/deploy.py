@@ -54,6 +54,20 @@ class Values:
     sandbox_node_selector: dict[str, str] = field(default_factory=dict)
     warm_pools: dict[str, int] = field(default_factory=dict)  # image -> ready pods kept to claim
     service_type: str = "ClusterIP"  # LoadBalancer to expose the API (put TLS in front)
+    # -- for RL: the proxy's upstreams, the object store, who may reach the services ------------
+    models: list[dict[str, Any]] = field(default_factory=list)  # the proxy's model_list
+    model_keys: list[str] = field(default_factory=lambda: ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"])
+    model_servers: list[dict[str, Any]] = field(default_factory=list)  # in-cluster upstreams
+    object_store: dict[str, Any] | None = None  # an HTTP S3-compatible store's pods or address
+    s3_secret: str = "pomona-s3"  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN)
+    trainer_namespaces: list[str] = field(default_factory=list)  # reach proxy and orchestrator
+    prometheus_namespace: str | None = None  # may scrape /metrics of both
+    proxy_host: str | None = None  # an Ingress for the proxy (trainers outside the cluster)
+    api_host: str | None = None  # an Ingress for the orchestrator's API
+    ingress_class: str | None = None
+    ingress_tls_secret: str | None = None
+    ingress_namespace: str = "ingress-nginx"  # the ingress controller's, let in by the policies
+    api_server_cidrs: list[str] = field(default_factory=list)  # the orchestrator's egress
 
     @classmethod
     def load(cls, path: Path | None, overrides: dict[str, Any]) -> Values:
@@ -69,7 +83,34 @@ class Values:
             raise SystemExit(
                 f"unknown values: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
-        return cls(**data)
+        values = cls(**data)
+        values.check()
+        return values
+
+    def check(self) -> None:
+        """Refuse what would put a secret in a manifest or leave a policy unable to work."""
+        for model in self.models:
+            key = (model.get("litellm_params") or {}).get("api_key")
+            if key is not None and not str(key).startswith("os.environ/"):
+                raise SystemExit(
+                    f"model {model.get('model_name')!r}: its api_key would be rendered in the "
+                    "ConfigMap; put it in Secret pomona-model-keys and write os.environ/NAME"
+                )
+        for peer in [*self.model_servers, *([self.object_store] if self.object_store else [])]:
+            if "port" not in peer or not ({"namespace", "cidr"} & set(peer)):
+                raise SystemExit(f"{peer}: give a port and either namespace (+ labels) or cidr")
+
+    def key_names(self) -> list[str]:
+        """Environment variables the proxy takes from Secret pomona-model-keys: `model_keys` and
+        every os.environ/NAME the model list names."""
+        named = [
+            str((m.get("litellm_params") or {}).get("api_key", "")).removeprefix("os.environ/")
+            for m in self.models
+        ]
+        return sorted({*self.model_keys, *(n for n in named if n)})
+
+    def s3(self) -> bool:
+        return any(u and u.startswith("s3://") for u in (self.trajectories, self.snapshot_store))
 
 
 def _meta(name: str, namespace: str | None, component: str, **extra: Any) -> dict[str, Any]:
@@ -267,6 +308,7 @@ SANDBOX_RULES = [  # everything the orchestrator may do, and only in the sandbox
 
 def render(v: Values) -> list[dict[str, Any]]:
     """The objects, in an order `kubectl apply` can take in one pass."""
+    v.check()
     ns, sbx = v.namespace, v.sandbox_namespace
     level = "baseline" if v.allow_root else "restricted"  # root sandboxes keep a few capabilities
     shared_volume = not (v.trajectories and v.snapshot_store)
@@ -313,44 +355,7 @@ def render(v: Values) -> list[dict[str, Any]]:
         },
         _policy("default-deny", sbx, {}, [], []),
         _policy("default-deny", ns, {}, [], []),
-        _policy(
-            "pomona-orchestrator",
-            ns,
-            {APP_LABEL: "pomona-orchestrator"},
-            [{"ports": [{"protocol": "TCP", "port": 8000}]}],  # API clients, wherever they are
-            [
-                DNS,
-                {
-                    "to": [{"podSelector": {"matchLabels": {APP_LABEL: "pomona-redis"}}}],
-                    "ports": [{"protocol": "TCP", "port": 6379}],
-                },
-                {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
-            ],
-        ),
-        _policy(
-            "pomona-proxy",
-            ns,
-            {APP_LABEL: "pomona-proxy"},
-            [
-                {
-                    "from": [_from(sbx), _from(ns, "pomona-orchestrator")],
-                    "ports": [{"protocol": "TCP", "port": 4000}],
-                }
-            ],
-            [DNS, {"ports": [{"protocol": "TCP", "port": 443}]}],
-        ),  # upstream model APIs
-        _policy(
-            "pomona-redis",
-            ns,
-            {APP_LABEL: "pomona-redis"},
-            [
-                {
-                    "from": [{"podSelector": {"matchLabels": {APP_LABEL: "pomona-orchestrator"}}}],
-                    "ports": [{"protocol": "TCP", "port": 6379}],
-                }
-            ],
-            [],
-        ),
+        *_service_policies(v),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -373,8 +378,128 @@ def render(v: Values) -> list[dict[str, Any]]:
                 "spec": claim_spec,
             }
         )
+    if v.models:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _meta("pomona-proxy-models", ns, "pomona-proxy"),
+                "data": {"models.yaml": _yaml({"model_list": v.models})},
+            }
+        )
     objects += _redis(v) + _orchestrator(v, shared_volume) + _proxy(v, shared_volume)
+    objects += _ingresses(v)
     return objects
+
+
+def _yaml(data: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+TCP = "TCP"
+
+
+def _ports(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": TCP, "port": p} for p in ports]
+
+
+def _peer(spec: dict[str, Any]) -> dict[str, Any]:
+    """A NetworkPolicy peer from a value: pods by namespace (and labels), or an address block."""
+    if "cidr" in spec:
+        return {"ipBlock": {"cidr": spec["cidr"]}}
+    peer = _from(spec["namespace"])
+    if spec.get("labels"):
+        peer["podSelector"] = {"matchLabels": spec["labels"]}
+    return peer
+
+
+def _egress_to(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"to": [_peer(s)], "ports": _ports(int(s["port"]))} for s in specs]
+
+
+def _service_policies(v: Values) -> list[dict[str, Any]]:
+    """What may reach the orchestrator, the proxy and Redis, and what they may reach: the
+    orchestrator only DNS, Redis, the API server (`api_server_cidrs`) and the object store; the
+    proxy the model APIs on 443, the in-cluster model servers and the object store; callers are
+    the sandbox namespace, the trainers' namespaces, the ingress controller and Prometheus."""
+    ns, sbx = v.namespace, v.sandbox_namespace
+    store = [v.object_store] if v.object_store else []
+    callers = [_from(t) for t in v.trainer_namespaces]
+    if v.proxy_host or v.api_host:
+        callers.append(_from(v.ingress_namespace))
+    scrape = [_from(v.prometheus_namespace)] if v.prometheus_namespace else []
+    api = {"ports": _ports(443, 6443)}
+    if v.api_server_cidrs:
+        api["to"] = [{"ipBlock": {"cidr": c}} for c in v.api_server_cidrs]
+    redis = {
+        "to": [{"podSelector": {"matchLabels": {APP_LABEL: "pomona-redis"}}}],
+        "ports": _ports(6379),
+    }
+    return [
+        _policy(
+            "pomona-orchestrator", ns, {APP_LABEL: "pomona-orchestrator"},
+            [{"ports": _ports(8000)}],  # API clients, wherever they are (an API key each)
+            [DNS, redis, api, *_egress_to(store)],
+        ),
+        _policy(
+            "pomona-proxy", ns, {APP_LABEL: "pomona-proxy"},
+            [{"from": [_from(sbx), _from(ns, "pomona-orchestrator"), *callers, *scrape],
+              "ports": _ports(4000)}],
+            [DNS, {"ports": _ports(443)}, *_egress_to(v.model_servers), *_egress_to(store)],
+        ),
+        _policy(
+            "pomona-redis", ns, {APP_LABEL: "pomona-redis"},
+            [{"from": [{"podSelector": {"matchLabels": {APP_LABEL: "pomona-orchestrator"}}}],
+              "ports": _ports(6379)}],
+            [],
+        ),
+    ]  # fmt: skip
+
+
+def _ingresses(v: Values) -> list[dict[str, Any]]:
+    """One Ingress per host given: trainers and dashboards outside the cluster reach the proxy
+    (open episodes, read calls) and the API through the cluster's ingress controller."""
+    out = []
+    for host, name, port in (
+        (v.proxy_host, "pomona-proxy", 4000),
+        (v.api_host, "pomona-orchestrator", 8000),
+    ):
+        if not host:
+            continue
+        spec: dict[str, Any] = {
+            "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": name, "port": {"number": port}}}}]}}],
+        }  # fmt: skip
+        if v.ingress_class:
+            spec["ingressClassName"] = v.ingress_class
+        if v.ingress_tls_secret:
+            spec["tls"] = [{"hosts": [host], "secretName": v.ingress_tls_secret}]
+        out.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                    "metadata": _meta(name, v.namespace, name), "spec": spec})  # fmt: skip
+    return out
+
+
+def _s3_env(v: Values) -> list[dict[str, Any]]:
+    """Object store credentials from their Secret, where a store URI is s3:// (pyarrow's S3
+    filesystem reads the usual AWS_* variables)."""
+    if not v.s3():
+        return []
+    return [
+        _secret_env("AWS_ACCESS_KEY_ID", v.s3_secret, "AWS_ACCESS_KEY_ID"),
+        _secret_env("AWS_SECRET_ACCESS_KEY", v.s3_secret, "AWS_SECRET_ACCESS_KEY"),
+        _secret_env("AWS_SESSION_TOKEN", v.s3_secret, "AWS_SESSION_TOKEN", optional=True),
+    ]
+
+
+def _scraped(deployment: dict[str, Any], port: int) -> None:
+    """Prometheus' annotations on the pods (/metrics; the orchestrator's needs an admin key)."""
+    deployment["spec"]["template"]["metadata"]["annotations"] = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def _runtime_settings(v: Values) -> dict[str, str]:
@@ -417,6 +542,7 @@ def _orchestrator(v: Values, shared: bool) -> list[dict[str, Any]]:
     env = [
         _secret_env("POMONA_API_KEYS", "pomona-api-keys", "POMONA_API_KEYS"),
         _secret_env("REDIS_PASSWORD", "pomona-redis", "password"),
+        *(_s3_env(v) if v.snapshot_store and v.snapshot_store.startswith("s3://") else []),
     ]
     args = [
         "serve",
@@ -448,6 +574,8 @@ def _orchestrator(v: Values, shared: bool) -> list[dict[str, Any]]:
     deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [
         {"configMapRef": {"name": name}}
     ]
+    if v.prometheus_namespace:
+        _scraped(deployment, 8000)
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -485,9 +613,17 @@ def _proxy(v: Values, shared: bool) -> list[dict[str, Any]]:
         f"http://{name}.{v.namespace}.svc:4000",
     ]
     env = [
-        _secret_env("OPENAI_API_KEY", "pomona-model-keys", "OPENAI_API_KEY", optional=True),
-        _secret_env("ANTHROPIC_API_KEY", "pomona-model-keys", "ANTHROPIC_API_KEY", optional=True),
+        *(_secret_env(k, "pomona-model-keys", k, optional=True) for k in v.key_names()),
+        _secret_env("POMONA_PROXY_API_KEYS", "pomona-proxy-keys", "POMONA_PROXY_API_KEYS", True),
+        *(_s3_env(v) if v.trajectories and v.trajectories.startswith("s3://") else []),
+        {"name": "POMONA_TRAJECTORY_SPOOL", "value": "/spool"},
     ]
+    mounts = [*mounts, {"name": "spool", "mountPath": "/spool"}]
+    volumes = [*volumes, {"name": "spool", "emptyDir": {}}]
+    if v.models:
+        args += ["--config", "/etc/pomona/models.yaml"]
+        mounts.append({"name": "models", "mountPath": "/etc/pomona", "readOnly": True})
+        volumes.append({"name": "models", "configMap": {"name": "pomona-proxy-models"}})
     deployment = _deployment(
         v,
         name,
@@ -502,6 +638,8 @@ def _proxy(v: Values, shared: bool) -> list[dict[str, Any]]:
         volumes,
         service_account=None,
     )
+    if v.prometheus_namespace:
+        _scraped(deployment, 4000)
     return [deployment, _service(v, name, 4000), _pdb(v, name)]
 
 

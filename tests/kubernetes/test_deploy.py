@@ -27,6 +27,34 @@ VARIANTS = {
         sandbox_node_selector={"pool": "sandboxes"},
         warm_pools={"python:3.12": 4},
     ),
+    "rl": Values(
+        trajectories="s3://runs/pomona?endpoint_override=minio.storage.svc:9000&scheme=http",
+        snapshot_store="s3://runs/snapshots?endpoint_override=minio.storage.svc:9000&scheme=http",
+        models=[
+            {
+                "model_name": "policy",
+                "litellm_params": {
+                    "model": "hosted_vllm/qwen",
+                    "api_base": "http://vllm.serving.svc:8000/v1",
+                    "api_key": "os.environ/VLLM_KEY",
+                },
+                "model_info": {"pomona": {"token_ids": True}},
+            },
+            {"model_name": "judge", "litellm_params": {"model": "openai/gpt-4o-mini"}},
+        ],
+        model_servers=[
+            {"namespace": "serving", "labels": {"app": "vllm"}, "port": 8000},
+            {"namespace": "serving", "labels": {"app": "sglang"}, "port": 30000},
+        ],
+        object_store={"namespace": "storage", "labels": {"app": "minio"}, "port": 9000},
+        trainer_namespaces=["training"],
+        prometheus_namespace="monitoring",
+        proxy_host="proxy.rl.example.com",
+        api_host="api.rl.example.com",
+        ingress_class="nginx",
+        ingress_tls_secret="rl-tls",
+        api_server_cidrs=["10.0.0.1/32", "10.0.0.2/32"],
+    ),  # fmt: skip
     "object-store": Values(
         trajectories="s3://runs/pomona",
         snapshot_store="s3://runs/snapshots",
@@ -224,3 +252,119 @@ def test_the_command_line_and_the_checked_in_manifest_agree(tmp_path):
     assert (ROOT / "deploy" / "pomona.yaml").read_text() == to_yaml(render(Values())), (
         "deploy/pomona.yaml is stale: pomona deploy render > deploy/pomona.yaml"
     )
+
+
+def _policy_of(objects: list[dict], name: str) -> dict:
+    return next(o for o in by_kind(objects, "NetworkPolicy") if o["metadata"]["name"] == name)[
+        "spec"
+    ]
+
+
+def _env_of(objects: list[dict], name: str) -> dict[str, dict]:
+    deployment = next(o for o in by_kind(objects, "Deployment") if o["metadata"]["name"] == name)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]} | {
+        "__container": container,
+        "__pod": deployment,
+    }
+
+
+def test_the_rl_deployment_as_rendered(tmp_path, monkeypatch):
+    """The proxy's model list and keys as values, egress to the in-cluster model servers and the
+    object store, S3 credentials wired, ingress for trainers and Prometheus, and the
+    orchestrator's egress limited to the API server."""
+    from pomona.proxy.config import ProxyConfig
+
+    v = VARIANTS["rl"]
+    objects = render(v)
+    models = next(
+        o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"] == "pomona-proxy-models"
+    )
+    (tmp_path / "models.yaml").write_text(models["data"]["models.yaml"])
+    monkeypatch.setenv("VLLM_KEY", "k-123")
+    config = ProxyConfig.from_yaml(tmp_path / "models.yaml")  # the proxy's own loader reads it
+    assert [m.name for m in config.models] == ["policy", "judge"]
+    assert config.route("policy").params["api_key"] == "k-123"
+    proxy = _env_of(objects, "pomona-proxy")
+    assert proxy["VLLM_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "pomona-model-keys",
+        "key": "VLLM_KEY",
+        "optional": True,
+    }
+    assert {
+        "OPENAI_API_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "POMONA_PROXY_API_KEYS",
+    } <= set(proxy)
+    assert proxy["__container"]["args"][-2:] == ["--config", "/etc/pomona/models.yaml"]
+    orchestrator = _env_of(objects, "pomona-orchestrator")
+    assert orchestrator["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "pomona-s3"
+    for env in (proxy, orchestrator):
+        annotations = env["__pod"]["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+
+    serving = {"kubernetes.io/metadata.name": "serving"}
+    storage = {"kubernetes.io/metadata.name": "storage"}
+    egress = _policy_of(objects, "pomona-proxy")["egress"]
+    peers = [
+        (
+            r["to"][0].get("namespaceSelector", {}).get("matchLabels"),
+            r["to"][0].get("podSelector", {}).get("matchLabels"),
+            r["ports"][0]["port"],
+        )
+        for r in egress
+        if r.get("to") and "namespaceSelector" in r["to"][0]
+    ]
+    assert (serving, {"app": "vllm"}, 8000) in peers and (
+        serving,
+        {"app": "sglang"},
+        30000,
+    ) in peers
+    assert (storage, {"app": "minio"}, 9000) in peers
+    callers = [
+        p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        for p in _policy_of(objects, "pomona-proxy")["ingress"][0]["from"]
+    ]
+    assert {
+        "training",
+        "monitoring",
+        "ingress-nginx",
+        "ml-sbx" if False else v.sandbox_namespace,
+    } <= set(callers)
+
+    orch = _policy_of(objects, "pomona-orchestrator")["egress"]
+    blocks = [p["ipBlock"]["cidr"] for r in orch for p in r.get("to", []) if "ipBlock" in p]
+    assert blocks == ["10.0.0.1/32", "10.0.0.2/32"]  # the API server, and no other address
+    assert all(r.get("to") for r in orch), "an egress rule without peers allows every address"
+
+    ingresses = {i["spec"]["rules"][0]["host"]: i["spec"] for i in by_kind(objects, "Ingress")}
+    assert ingresses["proxy.rl.example.com"]["rules"][0]["http"]["paths"][0]["backend"][
+        "service"
+    ] == {"name": "pomona-proxy", "port": {"number": 4000}}
+    assert ingresses["api.rl.example.com"]["tls"] == [
+        {"hosts": ["api.rl.example.com"], "secretName": "rl-tls"}
+    ]
+    assert "k-123" not in to_yaml(objects)
+
+
+def test_rl_values_that_would_leak_or_not_work_are_refused(tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text(
+        "models:\n- model_name: m\n  litellm_params: {model: openai/x, api_key: sk-live}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pomona.cli", "deploy", "render", "--values", str(values)],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        done.returncode != 0 and "os.environ/NAME" in done.stderr and "sk-live" not in done.stdout
+    )
+    values.write_text("model_servers:\n- {namespace: serving}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pomona.cli", "deploy", "render", "--values", str(values)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "give a port" in done.stderr
