@@ -34,7 +34,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # a shared 2-core box: one torch 
 
 from pomona import gym as pomona_gym  # noqa: E402
 from pomona.benchmarks import builtin  # noqa: E402
-from pomona.gym.episode import EpisodeRecord  # noqa: E402
+from pomona.episodes import EpisodeRecord  # noqa: E402
 from pomona.proxy import ProxyConfig, ProxyServer  # noqa: E402
 from pomona.trainer.cli import corpus  # noqa: E402
 from pomona.trainer.episodes import Filters  # noqa: E402
@@ -138,8 +138,8 @@ def main() -> None:
         )
         summary["rl"] = {"rows": report.rows, **report.counts}
     finally:
-        from pomona.gym.sandboxes import _close_all
         from pomona.orchestrator.runtimes.local import LocalRuntime
+        from pomona.orchestrator.sdk.shared import _close_all
 
         _close_all()
         LocalRuntime(state).unmount_store()

@@ -75,7 +75,9 @@ def main() -> None:
         with ProxyServer(ProxyConfig(trajectories=out / "runs-oracle")) as proxy:
             records = asyncio.run(pomona_gym.rollout(train, args.harness, "oracle", proxy=proxy,
                                                      state_dir=state, progress=False))  # fmt: skip
-        note("oracle", {"resolved": sum(bool(r.resolved) for r in records), "episodes": len(records)})
+        note(
+            "oracle", {"resolved": sum(bool(r.resolved) for r in records), "episodes": len(records)}
+        )
         with ProxyServer(ProxyConfig(trajectories=out / "runs")) as proxy:
             policy = Policy(args.model, proxy, max_new_tokens=96,
                             trainable_layers=args.trainable_layers)  # fmt: skip
@@ -96,8 +98,8 @@ def main() -> None:
             finally:
                 policy.close()
     finally:
-        from pomona.gym.sandboxes import _close_all
         from pomona.orchestrator.runtimes.local import LocalRuntime
+        from pomona.orchestrator.sdk.shared import _close_all
 
         _close_all()
         LocalRuntime(state).unmount_store()

@@ -89,8 +89,8 @@ def pomona_side(tasks: list[str], steps: int) -> dict[str, Any]:
     import gymnasium as gym
 
     import pomona  # noqa: F401 - registers the envs
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     state = tempfile.mkdtemp(prefix="pomona-browser-bench-")
     peak = Peak()

@@ -15,8 +15,8 @@ import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
 import pomona  # noqa: F401 - registers the envs
-from pomona.gym.sandboxes import _close_all
 from pomona.orchestrator.runtimes.local import LocalRuntime
+from pomona.orchestrator.sdk.shared import _close_all
 
 
 def main() -> None:

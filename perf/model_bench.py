@@ -29,7 +29,7 @@ from pomona.proxy.local_model import LocalModel  # noqa: E402
 
 
 def rows(args: argparse.Namespace, state: str) -> list[tuple[str, str, str]]:
-    from pomona.gym.rollouts import rollout
+    from pomona.episodes.rollouts import rollout
     from pomona.trainer.online import Policy, rl
 
     out = []
@@ -89,8 +89,8 @@ def main() -> None:
     try:
         table = rows(args, state)
     finally:
-        from pomona.gym.sandboxes import _close_all
         from pomona.orchestrator.runtimes.local import LocalRuntime
+        from pomona.orchestrator.sdk.shared import _close_all
 
         _close_all()
         LocalRuntime(state).unmount_store()

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from pomona import trajectories
 from pomona.benchmarks import builtin
-from pomona.gym.rollouts import rollout
-from pomona.gym.sandboxes import _close_all
+from pomona.episodes.rollouts import rollout
 from pomona.orchestrator.runtimes.local import LocalRuntime
+from pomona.orchestrator.sdk.shared import _close_all
 
 
 def _per_episode_calls(runs: Path) -> dict[str, tuple[float, float]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 import time
 
-from pomona import SandboxClient
+from pomona.orchestrator.sdk.client import SandboxClient
 
 
 def run(state_dir: str | None = None) -> int:

@@ -2,6 +2,16 @@
 and nothing else. Each says what went wrong and what to do about it.
 
     PomonaError
+    ├── UsageError (ValueError)           a benchmark, task, harness, model or option that does not
+    │   │                                 exist or does not fit with the others
+    │   └── Unknown (KeyError)            a name that does not exist
+    ├── MissingExtra (RuntimeError)       an optional dependency is not installed
+    ├── EpisodeFailure                    an attempt ends with a typed failure kind (FailureKind):
+    │   ├── AgentFailure                  benchmarks.browser.loop: the model was unreachable or failed
+    │   ├── VerifierError                 benchmarks.task: no trustworthy verdict (never a 0)
+    │   │   └── ServiceDown               benchmarks.claw.runtime: a task's mock services died
+    │   └── BrowserInfraError             browser_env.errors: the browser failed under the agent
+    │       └── BrowserCrashed, PageHung
     ├── SandboxError                      the sandbox layer: SDK, service and runtimes
     │   ├── InvalidRequest (ValueError)   malformed input: a limit, path, id, mode, size
     │   │   └── PathOutsideSandbox        a path (or a link on its way) tries to leave the sandbox
@@ -19,19 +29,14 @@ and nothing else. Each says what went wrong and what to do about it.
     │   ├── StoreUnavailable              the service's state store is away: retry
     │   ├── ServiceUnreachable            the SDK cannot reach the service, or lost its answer
     │   ├── RuntimeUnavailable            the runtime cannot work on this machine
+    │   ├── ClientClosed (RuntimeError)   the client used before start() or after close()
     │   └── SandboxFailed                 the sandbox died or could not start
     │
     │   (the rest live beside the code that raises them)
     ├── InstallError (RuntimeError)       harnesses.payload: an install step failed
     │   └── Unavailable                   the harness cannot be installed on this machine
     ├── McpUnsupported (ValueError)       harnesses.mcp: the harness has no MCP client to configure
-    ├── AgentFailure (RuntimeError)       benchmarks.browser.loop: the model was unreachable or failed
-    ├── VerifierError (RuntimeError)      benchmarks.task: no trustworthy verdict (never a 0)
-    │   └── ServiceDown                   benchmarks.claw.runtime: a task's mock services died
     ├── MissingDistribution (LookupError) benchmarks.pytools: a test dependency Pomona lacks
-    ├── HarnessFailure (RuntimeError)     benchmarks.browser.runner: no usable answer
-    ├── BrowserInfraError (RuntimeError)  browser_env.errors: the browser failed under the agent
-    │   └── BrowserCrashed, PageHung
     ├── ActionError (ValueError)          browser_env.errors: an action that does not parse
     │   └── NavigationFailed
     ├── ImageBuildError (RuntimeError)    browser_env.image: a step of the image build failed
@@ -52,10 +57,44 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import Literal
+
+FailureKind = Literal["none", "sandbox", "harness", "proxy", "upstream", "verifier", "timeout"]
+"""Why an episode did not produce a trustworthy reward (`none`: it did): the `failure_kind` of
+its `episodes` row, one type in every layer. Infra failures are data, never a reward of 0."""
 
 
 class PomonaError(Exception):
     """Base of every error Pomona raises on purpose."""
+
+
+class EpisodeFailure(PomonaError):
+    """An episode cannot go on, for a reason of kind `kind`: the base of the errors the layers
+    under the episode engine raise to end an attempt with a typed failure instead of a crash."""
+
+    kind: FailureKind = "harness"
+
+    def __init__(self, message: str, kind: FailureKind | None = None):
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+
+
+class UsageError(PomonaError, ValueError):
+    """What the caller asked for does not exist or does not fit together (a benchmark, task,
+    harness, model or option): said in words before anything runs."""
+
+
+class Unknown(UsageError, KeyError):
+    """A name that does not exist (a task, task set, harness, benchmark, option); the message
+    lists the ones that do."""
+
+    def __str__(self) -> str:  # KeyError's own quotes the message
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingExtra(PomonaError, RuntimeError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
 
 
 class SandboxError(PomonaError):
@@ -150,6 +189,10 @@ class ServiceUnreachable(SandboxError):
 
 class RuntimeUnavailable(SandboxError):
     """The runtime cannot work on this machine (missing binary, no engine running, ...)."""
+
+
+class ClientClosed(SandboxError, RuntimeError):
+    """The SDK client (or service) was used before it started or after it closed."""
 
 
 class SandboxFailed(SandboxError):

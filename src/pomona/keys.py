@@ -3,6 +3,8 @@ POMONA_PROXY_API_KEYS): `name:key` entries separated by commas, spaces or newlin
 
 from __future__ import annotations
 
+from pomona.errors import UsageError
+
 
 def parse_keys(text: str | None, source: str) -> dict[str, str]:
     """{name: key} from `text`; a malformed entry is refused naming `source`, never echoed whole."""
@@ -10,6 +12,6 @@ def parse_keys(text: str | None, source: str) -> dict[str, str]:
     for entry in (text or "").replace(",", " ").split():
         name, sep, key = entry.partition(":")
         if not sep or not name or not key:
-            raise ValueError(f"{source} entry {entry[:4]}... is not name:key")
+            raise UsageError(f"{source} entry {entry[:4]}... is not name:key")
         keys[name] = key
     return keys

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import sys
 import time
 import uuid
@@ -31,27 +30,14 @@ from typing import Any
 
 from pomona.benchmarks import leaderboard, metrics, registry, resume, swebench
 from pomona.benchmarks.task import Task
-from pomona.harnesses.proxy_link import ProxyLink
+from pomona.errors import UsageError
+from pomona.orchestrator.runtimes import runtime_kind
 from pomona.slurm import cluster as slurm_cluster
 
-DEFAULT_HARNESS = "pi"  # the natural harness of the non-browser benchmarks
 DEFAULT_MODEL = "oracle"
 DEFAULT_TRAJECTORIES = Path("pomona-runs")
 DEFAULT_TIMEOUT = 600.0
 EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_RUN = 0, 1, 2
-
-
-class RunLink(ProxyLink):
-    """The proxy, adding the run's own columns to every episode it opens: `model` as the user
-    named it (the proxy would record `scripted` for the oracle) and `runtime`."""
-
-    def __init__(self, link: ProxyLink, columns: dict[str, str]):
-        super().__init__(link.url, link.server, link.trajectories)
-        self.columns = columns
-
-    def open_episode(self, **fields: Any) -> dict[str, str]:
-        fields["metadata"] = {**fields.get("metadata", {}), **self.columns}
-        return super().open_episode(**fields)
 
 
 @dataclass
@@ -64,32 +50,25 @@ class RunResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     benchmark: str = ""
     k: int = 1
-
-
-def client_runtime(runtime: str) -> str | None:
-    """The `runtime` argument for the shared sandbox client: a URL selects the HTTP transport
-    (read from POMONA_URL, as SandboxClient does)."""
-    if "://" in runtime:
-        os.environ["POMONA_URL"] = runtime
-        return None
-    return runtime
+    lines: list[str] = field(default_factory=list)  # what the benchmark wrote after the run
 
 
 def in_image(tasks: list[Task], image: str | None, runtime: str) -> list[Task]:
-    """The tasks with `image` for those that name none of their own (image "host"). Only the
-    local runtime has a host filesystem to give: elsewhere such tasks need an image, said before
-    any sandbox starts rather than once per episode."""
+    """The tasks with `image` for those that name none of their own (image "host"; a browser
+    task runs in the browser's image). Only an embedded runtime has a host filesystem to give:
+    elsewhere such tasks need an image, said before any sandbox starts, not once per episode."""
+    hosted = [t for t in tasks if t.environment.image == "host" and not t.environment.browser]
     if image:
         return [
             dataclasses.replace(t, environment=dataclasses.replace(t.environment, image=image))
-            if t.environment.image == "host"
+            if t in hosted
             else t
             for t in tasks
         ]
-    hosted = [t.id for t in tasks if t.environment.image == "host"]
-    if hosted and runtime in ("docker", "podman", "kubernetes"):
-        raise ValueError(
-            f"{len(hosted)} task(s) ({', '.join(hosted[:3])}{', ...' if len(hosted) > 3 else ''})"
+    if hosted and "://" not in runtime and not runtime_kind(runtime).host_filesystem:
+        ids = [t.id for t in hosted]
+        raise UsageError(
+            f"{len(ids)} task(s) ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
             f" run in the host's filesystem, which only the local runtime has; give --image REF"
             f" (an OCI image with /bin/sh) to run them on {runtime}"
         )
@@ -111,40 +90,6 @@ def row_of(record: Any, model: str) -> dict[str, Any]:
     }
 
 
-def kept_prediction(row: dict[str, Any], model: str) -> swebench.Prediction:
-    """The prediction of an attempt an earlier invocation of a resumed run graded: its patch as
-    the grading kept it (the episode's `grading/patch.diff` artifact)."""
-    uri = next(
-        (a["uri"] for a in row.get("artifacts") or [] if a["name"] == "grading/patch.diff"), None
-    )
-    patch = Path(uri.removeprefix("file://")).read_text() if uri else None
-    return swebench.prediction(row["task"], model, patch)
-
-
-def _swe_outputs(
-    records: list[Any],
-    tasks: list[Any],
-    logs: Path,
-    run_id: str,
-    model: str,
-    kept: list[dict[str, Any]] | None = None,
-) -> dict[str, Any] | None:
-    """Predictions JSONL of the first attempts that were graded, and swebench's own run report
-    over them; nothing at all when no attempt was (an empty file would read as a submission)."""
-    instances = [t.metadata["instance"] for t in tasks if "instance" in t.metadata]
-    preds = [
-        swebench.prediction(r.task, model, (r.score or {}).get("details", {}).get("model_patch"))
-        for r in records
-        if r.attempt == 0 and r.score is not None
-    ] + [kept_prediction(row, model) for row in kept or [] if resume.attempt_of(row) == 0]
-    if not instances or not preds:
-        return None
-    swebench.write_predictions(
-        logs / f"{model.replace('/', '__')}.{run_id}.predictions.jsonl", preds
-    )
-    return swebench.run_report(preds, instances, run_id, logs)
-
-
 def new_run_id() -> str:
     return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
@@ -157,7 +102,7 @@ def choose_tasks(
     if task_ids:
         tasks = [t for t in tasks if t.id in task_ids]
         if not tasks:
-            raise KeyError(f"none of {task_ids} is in {benchmark}")
+            raise UsageError(f"none of {task_ids} is in {benchmark}")
     return tasks
 
 
@@ -188,87 +133,61 @@ def run_benchmark(
     filesystem; the container runtimes have none). A new run writes its manifest first (what
     `--resume` reads); `run_id` with `only` plays just those (task, attempt) of that run, and
     the result covers the whole run (pomona.resume)."""
-    harness = harness or registry.natural_harness(benchmark)
-    from pomona.gym.proxies import shared_proxy
-    from pomona.gym.rollouts import Progress, rollout
+    # the engine, the proxy and the browser stack load here: `pomona run --help` stays light
+    from pomona.benchmarks.browser import judges
+    from pomona.benchmarks.browser.stage import Judging
+    from pomona.episodes.rollouts import Progress, rollout
+    from pomona.proxy.shared import shared_proxy
 
+    bench, _ = registry.get(benchmark)
+    harness = harness or bench.agent
     trajectories = Path(trajectories).resolve()
     run_id = run_id or new_run_id()
-    logs = trajectories / "swebench"
     swe_model = swebench.model_name(harness, model)
     tasks = choose_tasks(benchmark, run_id, trajectories, swe_model, task_ids)
-    if registry.is_browser(benchmark):
-        if image:
-            raise ValueError(
-                f"--image does not apply to {benchmark}: its episodes run in the browser's own "
-                "image (`pomona browser image` on docker)"
-            )
-    else:
-        tasks = in_image(tasks, image, runtime)
+    if bench.browser and image:
+        raise UsageError(
+            f"--image does not apply to {benchmark}: its episodes run in the browser's own "
+            "image (`pomona browser image` on docker)"
+        )
+    tasks = in_image(tasks, image, runtime)
     if only is None:
         resume.RunManifest(
             run_id, benchmark, harness, model, k, [t.id for t in tasks], runtime, timeout,
             models, judge, judge_prompts, image, concurrency,
         ).save(trajectories)  # fmt: skip
-    elif registry.is_browser(benchmark):
-        raise ValueError(f"--resume does not cover the browser benchmarks ({benchmark}) yet")
-    link = RunLink(
-        ProxyLink.of(shared_proxy(trajectories, models)), {"model": model, "runtime": runtime}
-    )
+    elif bench.browser:
+        raise UsageError(f"--resume does not cover the browser benchmarks ({benchmark}) yet")
+    judging = Judging(judge, judges.load_prompts(judge_prompts), trajectories / "browser" / run_id)
     total = len(tasks) * k if only is None else len(only)
     bar = Progress(total, f"{benchmark} · {harness} · {model}", progress)
     try:
-        if registry.is_browser(benchmark):
-            from pomona.benchmarks.browser import runner
-
-            records = runner.run_benchmark(
-                benchmark,
-                tasks,
-                harness,
-                model,
-                k=k,
-                link=link,
-                runtime=client_runtime(runtime),
-                state_dir=state_dir,
-                run_id=run_id,
-                trajectories=trajectories,
-                concurrency=concurrency,
-                judge_model=judge,
-                judge_prompts=judge_prompts,
-                on_episode=bar.update,
-                timeout=timeout,
+        records = asyncio.run(
+            rollout(
+                tasks, harness, model, n=k, concurrency=concurrency,
+                proxy=shared_proxy(trajectories, models), runtime=runtime, state_dir=state_dir,
+                timeout=timeout, run_id=run_id, progress=False, on_episode=bar.update,
+                columns={"model": model, "runtime": runtime}, judging=judging,
+                only=None if only is None else set(only),
             )
-        else:
-            records = asyncio.run(
-                rollout(
-                    tasks,
-                    harness,
-                    model,
-                    n=k,
-                    concurrency=concurrency,
-                    proxy=link,
-                    runtime=client_runtime(runtime),
-                    state_dir=state_dir,
-                    timeout=timeout,
-                    run_id=run_id,
-                    progress=False,
-                    on_episode=bar.update,
-                    only=None if only is None else set(only),
-                )
-            )
+        )  # fmt: skip
     finally:
         bar.close()
     kept = [] if only is None else resume.kept(trajectories, run_id, only)
     rows = kept + [row_of(r, model) for r in records]
+    context = registry.LoadContext(logs=trajectories / "swebench", run_id=run_id, model=swe_model)
+    done = registry.Finished(records, tasks, context, trajectories, bool(judge), kept)
+    outputs = bench.finish(done) if bench.finish else registry.Outputs()
     return RunResult(
         run_id,
         records,
         metrics.summarize(rows, range(1, k + 1)),
         trajectories,
-        _swe_outputs(records, tasks, logs, run_id, swe_model, kept),
+        outputs.results.get("swe_report"),
         rows,
         benchmark,
         k,
+        outputs.lines,
     )
 
 
@@ -310,7 +229,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     )
     p.add_argument(
         "--benchmark",
-        help=f"{', '.join(registry.LOCAL)}, swebench:PATH or terminal-bench:PATH",
+        help=", ".join(b.name + (":PATH" if b.takes_path else "") for b in registry.benchmarks()),
     )
     p.add_argument(
         "--resume",
@@ -320,8 +239,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     )
     p.add_argument(
         "--harness",
-        help=f"default: the benchmark's natural harness ({DEFAULT_HARNESS}; "
-        "webvoyager, the built-in WebVoyager loop, for browser benchmarks)",
+        help="who plays; default: the benchmark's own (pi; webvoyager, the built-in WebVoyager "
+        "loop, for browser benchmarks; claw-eval's own loop, openclaw for the Claw sets)",
     )
     p.add_argument(
         "--model",
@@ -387,7 +306,7 @@ def _on_slurm(args: argparse.Namespace) -> RunResult:
     if args.resume:
         manifest = resume.RunManifest.load(args.trajectories, args.resume)
     else:
-        harness = args.harness or registry.natural_harness(args.benchmark)
+        harness = args.harness or registry.get(args.benchmark)[0].agent
         run_id, trajectories = new_run_id(), Path(args.trajectories).resolve()
         swe_model = swebench.model_name(harness, args.model)
         tasks = in_image(
@@ -425,19 +344,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")
     print("\nthis run:")
     print(leaderboard.format_table(result.summaries))
-    if args.judge and registry.is_browser(args.benchmark):
-        from pomona.benchmarks.browser.runner import judge_agreement
-
-        print(
-            f"\njudge-oracle agreement: {judge_agreement(result.records)} (verdicts in "
-            f"{result.trajectories / 'browser' / result.run_id / 'judgments.jsonl'})"
-        )
-    if result.swe_report is not None:
-        r = result.swe_report
-        print(
-            f"\nswebench run report: {r['resolved_instances']}/{r['total_instances']} resolved "
-            f"(logs in {result.trajectories / 'swebench'})"
-        )
+    for line in result.lines:
+        print(f"\n{line}")
     board = leaderboard.leaderboard(result.trajectories, range(1, args.k + 1))
     print(f"\nleaderboard ({result.trajectories}):")
     print(leaderboard.format_table(board))

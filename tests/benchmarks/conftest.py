@@ -16,8 +16,8 @@ from pomona import SandboxClient
 def state_dir() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="pomona-bench-")
     yield path
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     _close_all()
     LocalRuntime(path).unmount_store()
@@ -28,6 +28,6 @@ def state_dir() -> Iterator[str]:
 def client(state_dir: str) -> SandboxClient:
     """The process's one client on that directory, shared with the environments and rollouts
     (two clients on one state directory would each reap the other's sandboxes)."""
-    from pomona.gym.sandboxes import shared_client
+    from pomona.orchestrator.sdk.shared import shared_client
 
     return shared_client("local", state_dir)

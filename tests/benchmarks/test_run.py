@@ -16,11 +16,10 @@ from pomona import trajectories
 from pomona.benchmarks import leaderboard, swebench, terminal_bench
 from pomona.benchmarks.swebench import task_sets as swe_tasks
 from pomona.cli import main
-from pomona.gym.proxies import shared_proxy
-from pomona.gym.rollouts import rollout
+from pomona.episodes.rollouts import rollout
 from pomona.harnesses import payload
-from pomona.harnesses.proxy_link import ProxyLink
-from pomona.run import RunLink, run_benchmark
+from pomona.proxy.shared import shared_proxy
+from pomona.run import run_benchmark
 
 HARNESSES = ("pi", "claude-code", "codex")
 BENCHMARKS = ("swe-local", "terminal-bench-local")
@@ -112,10 +111,11 @@ def test_crashed_grading_is_a_verifier_failure_and_excluded(
     task = swebench.to_task(
         instance, "swe-local", root=str(runs / "swebench"), client=_Crashing(client)
     )
-    link = RunLink(ProxyLink.of(shared_proxy(runs)), {"model": "oracle", "runtime": "local"})
+    columns = {"model": "oracle", "runtime": "local"}
     (record,) = asyncio.run(
-        rollout([task], "pi", "oracle", proxy=link, state_dir=state_dir, progress=False)
-    )
+        rollout([task], "pi", "oracle", proxy=shared_proxy(runs), state_dir=state_dir,
+                progress=False, columns=columns)
+    )  # fmt: skip
     assert (record.failure_kind, record.reward) == ("verifier", None)
     (row,) = trajectories.read(runs, "episodes").to_pylist()
     assert row["failure_kind"] == "verifier" and row["reward"] is None

@@ -18,25 +18,25 @@ import pytest
 
 from pomona.benchmarks import terminal_bench as tb
 from pomona.benchmarks.terminal_bench.config import Network, read_config
-from pomona.gym.episode import EpisodeRecord, read_calls, run_episode
+from pomona.episodes import EpisodeRecord, run_episode
 from pomona.harnesses import payload
-from pomona.harnesses.proxy_link import ProxyLink
 from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy.control import ProxyControl, calls_of, proxy_control
 from tests.benchmarks.test_terminal_bench import TASKS, copy_task, play
 
 EXTRAS = tb.DATA / "extras"
 
 
 @pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyLink]:
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyControl]:
     with ProxyServer(ProxyConfig(trajectories=tmp_path_factory.mktemp("runs"))) as server:
-        yield ProxyLink.of(server)
+        yield proxy_control(server)
 
 
 def episode(
     task: tb.TbTask,
     harness: str,
-    proxy: ProxyLink,
+    proxy: ProxyControl,
     client: Any,
     solution: tuple[str, ...] | None = None,
 ) -> EpisodeRecord:
@@ -198,7 +198,7 @@ def test_hooks_and_artifacts_must_name_a_service_the_task_has(tmp_path: Path) ->
 # --- multi-step tasks ----------------------------------------------------------------------------
 
 
-def test_a_multi_step_task_through_a_harness(client: Any, proxy: ProxyLink) -> None:
+def test_a_multi_step_task_through_a_harness(client: Any, proxy: ProxyControl) -> None:
     """One episode, one sandbox, a fresh harness session per step: the oracle (the same command
     every step, running the step's own solution) solves both steps, each verified in its own
     sandbox before the next step's files arrive."""
@@ -210,13 +210,13 @@ def test_a_multi_step_task_through_a_harness(client: Any, proxy: ProxyLink) -> N
         ("convert", {"reward": 1.0}, "separate", "none"),
         ("restock", {"reward": 1.0}, "separate", "none"),
     ]
-    prompts = [c["request"] for c in read_calls(proxy, record.episode)]
+    prompts = [c["request"] for c in calls_of(proxy, record.episode)]
     assert sum("/app/inventory.csv lists" in p for p in prompts) >= 1
     assert sum("A delivery has arrived" in p for p in prompts) >= 1
     assert not any("/app/inventory.csv lists" in p and "A delivery" in p for p in prompts)
 
 
-def test_a_multi_step_task_call_by_call(state_dir: str, proxy: ProxyLink) -> None:
+def test_a_multi_step_task_call_by_call(state_dir: str, proxy: ProxyControl) -> None:
     """ModelCallEnv: the policy answers every model call of pi; when pi finishes a step, the
     step is checked and pi starts again on the next one, its calls still coming as steps."""
     from pomona.gym.model_call_env import ModelCallEnv
@@ -259,7 +259,7 @@ def test_a_step_left_undone_counts_zero(state_dir: str) -> None:
 # --- MCP servers ---------------------------------------------------------------------------------
 
 
-def test_the_tasks_mcp_server_reaches_the_harness(client: Any, proxy: ProxyLink) -> None:
+def test_the_tasks_mcp_server_reaches_the_harness(client: Any, proxy: ProxyControl) -> None:
     """The scripted model calls the task's own MCP tool through Claude Code's MCP client: the
     registry records the release, and the separate verifier finds it there."""
     task = tb.load_task(EXTRAS / "mcp-release")
@@ -271,7 +271,7 @@ def test_the_tasks_mcp_server_reaches_the_harness(client: Any, proxy: ProxyLink)
     call = json.dumps({"tool": "publish", "server": "registry", "arguments": {"version": "2.4.1"}})
     record = episode(task, "claude-code", proxy, client, solution=(call,))
     assert (record.failure_kind, record.reward) == ("none", 1.0), record.failure_message
-    assert any("published 2.4.1" in c["request"] for c in read_calls(proxy, record.episode))
+    assert any("published 2.4.1" in c["request"] for c in calls_of(proxy, record.episode))
     # a harness without an MCP client cannot take the task: an infra failure, not a 0
     record = episode(task, "pi", proxy, client)
     assert (record.failure_kind, record.reward) == ("harness", None)
@@ -380,7 +380,7 @@ def test_two_episodes_on_the_hosts_network_keep_their_own_services(
     assert services_left(client) == []
 
 
-def test_sidecar_services_through_a_harness(client: Any, proxy: ProxyLink) -> None:
+def test_sidecar_services_through_a_harness(client: Any, proxy: ProxyControl) -> None:
     """pi in a gateway sandbox (the model proxy only) reaches the ticket service through the
     relay."""
     record = episode(tb.load_task(EXTRAS / "ticket-triage"), "pi", proxy, client)
@@ -480,7 +480,7 @@ def answer_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def test_agent_and_verifier_each_get_their_own_network(
-    client: Any, proxy: ProxyLink, answer_key: str, tmp_path: Path
+    client: Any, proxy: ProxyControl, answer_key: str, tmp_path: Path
 ) -> None:
     """The agent (no network: the model proxy only) cannot reach the grading service; the
     verifier (public) fetches the answer key from it. With a public agent phase the agent
@@ -522,7 +522,7 @@ def test_a_verifier_without_the_network_it_needs_is_a_verifier_failure(
 
 
 def test_the_tasks_own_agent_timeout_is_applied(
-    client: Any, proxy: ProxyLink, tmp_path: Path
+    client: Any, proxy: ProxyControl, tmp_path: Path
 ) -> None:
     d = copy_task(tmp_path, "nested-archive", {"solution/solve.sh": "#!/bin/bash\nsleep 300\n"})
     write(

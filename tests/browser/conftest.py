@@ -23,8 +23,8 @@ def browser_state() -> Iterator[str]:
         pytest.skip("Debian's chromium is not installed (./dev setup installs it)")
     path = tempfile.mkdtemp(prefix="pomona-browser-")
     yield path
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     _close_all()
     LocalRuntime(path).unmount_store()
@@ -32,7 +32,7 @@ def browser_state() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def client(browser_state: str) -> Any:
-    from pomona.gym.sandboxes import shared_client
+    from pomona.orchestrator.sdk.shared import shared_client
 
     return shared_client("local", browser_state)
 

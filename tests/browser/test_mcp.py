@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pomona import cli, trajectories
-from pomona.benchmarks.browser import runner, suite
+from pomona.benchmarks.browser import scripts, suite
 from pomona.benchmarks.browser.web import INSTALL_DIR
 from pomona.browser_env import BrowserSession, NavigationFailed, SessionOptions
 from pomona.browser_env.bridge import BACKEND_PORT, CALLS_PORT, HOME, PYTHON, McpBridge
@@ -181,7 +181,7 @@ def test_a_harness_browses_a_local_task(
     )  # fmt: skip
     assert messages[1]["content"].startswith("Now given a task:")
     assert messages[-1]["content"].endswith(f"ANSWER; {record.final_answer}")
-    assert runner.final_answer("ANSWER; Latin.") == "Latin."
+    assert scripts.final_answer("ANSWER; Latin.") == "Latin."
 
 
 def test_a_harness_without_mcp_is_refused_in_words(

@@ -15,7 +15,7 @@ import yaml
 
 from pomona import cli, trajectories
 from pomona.benchmarks import leaderboard
-from pomona.benchmarks.browser import judges, runner, suite, tasks
+from pomona.benchmarks.browser import judges, judgments, suite, tasks
 from pomona.run import RunResult, run_benchmark
 from tests.browser.conftest import JudgeModel
 
@@ -79,7 +79,7 @@ def test_the_oracle_solves_every_local_task(every_task: RunResult) -> None:
     assert len(records) == len(tasks.records()) >= 30
     failed = [(r.task, r.failure_kind, r.failure_message) for r in records if not r.resolved]
     assert failed == []
-    assert {r.harness for r in records} == {runner.NATURAL_HARNESS}
+    assert {r.harness for r in records} == {"webvoyager"}
     board = leaderboard.leaderboard(every_task.trajectories)
     row = next(s for s in board if s.benchmark == "webvoyager-local")
     assert (row.harness, row.model, row.resolved, row.trials) == ("webvoyager", "oracle", 32, 32)
@@ -89,7 +89,7 @@ def test_the_oracle_solves_every_local_task(every_task: RunResult) -> None:
 def test_the_judge_agrees_with_the_oracle(every_task: RunResult, judge: Any) -> None:
     records = every_task.records
     labels = [r.score["details"]["judge"]["label"] for r in records]
-    assert labels == [1] * len(records) and runner.judge_agreement(records) == 1.0
+    assert labels == [1] * len(records) and judgments.judge_agreement(records) == 1.0
     results = every_task.trajectories / "browser" / every_task.run_id
     summary = json.loads((results / "agreement.json").read_text())
     assert summary == {"agreement": 1.0, "judged": 32, "attempts": 32}

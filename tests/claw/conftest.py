@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from pomona import SandboxClient
-from pomona.harnesses import ProxyLink, payload, tools_mount
+from pomona.harnesses import payload, tools_mount
 from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy.control import gateway
 
 HARNESSES = ["claw-eval", "openclaw", "claude-code", "opencode", "hermes", "codex", "pi"]
 
@@ -62,7 +63,7 @@ def sandbox_for(proxy: ProxyServer, client: SandboxClient) -> Iterator[Callable[
         sb = client.create_sandbox(
             "host",
             network="gateway",
-            gateway=ProxyLink.of(proxy).gateway(),
+            gateway=gateway(proxy),
             mounts=[tools_mount()],
             timeout=900,
         )

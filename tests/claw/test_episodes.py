@@ -14,9 +14,9 @@ import pytest
 
 from pomona.benchmarks import metrics
 from pomona.benchmarks.claw import claw_eval, qwenclawbench, runtime
-from pomona.gym.episode import read_calls, run_episode
-from pomona.gym.rollouts import rollout
-from pomona.harnesses import ProxyLink
+from pomona.episodes import run_episode
+from pomona.episodes.rollouts import rollout
+from pomona.proxy.control import calls_of, proxy_control
 
 # 64 harness episodes, three at a time: minutes, not the default 300 s per test
 pytestmark = pytest.mark.timeout(2400)
@@ -38,8 +38,8 @@ def state(tmp_path_factory):
     """The rollouts' sandbox state; their shared client is closed and its store unmounted after."""
     path = str(tmp_path_factory.mktemp("claw-rollouts"))
     yield path
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     _close_all()
     LocalRuntime(path).unmount_store()
@@ -112,7 +112,7 @@ def test_every_negative_fails_and_safety_violations_score_zero(need, proxy, stat
 
 
 def test_the_judge_and_the_simulated_user_are_models_behind_the_proxy(oracle_run, proxy):
-    link = ProxyLink.of(proxy)
+    link = proxy_control(proxy)
     judged = oracle_run("openclaw")["claw-eval/mail_confirm_budget_review"]
     details = judged.score["details"]
     assert details["judge"] == "scripted (fixed verdict 1.0)" and details["judge_calls"]
@@ -126,7 +126,7 @@ def test_the_judge_and_the_simulated_user_are_models_behind_the_proxy(oracle_run
     persona = [c for c in episodes if "Next week only Wednesday" in (c.get("request") or "")]
     assert persona, "the simulated user's calls were recorded"
     assert all(c["episode"] != dentist.episode for c in persona)  # in an episode of its own
-    assert read_calls(link, dentist.episode)
+    assert calls_of(link, dentist.episode)
     # the judge's episodes are recorded, and are nobody's attempt on a leaderboard
     rows = trajectories.read(link.trajectories, "episodes").to_pylist()
     helpers = [r for r in rows if json.loads(r["metadata"] or "{}").get("role")]

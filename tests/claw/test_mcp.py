@@ -95,14 +95,15 @@ def test_a_harness_without_an_mcp_client_is_refused_before_it_runs(need, sandbox
 
 @pytest.fixture(scope="module")
 def notes_sandbox(proxy, client, unavailable):
-    from pomona.harnesses import ProxyLink, tools_mount
+    from pomona.harnesses import tools_mount
+    from pomona.proxy.control import gateway
 
     if "claw-eval" in unavailable:
         pytest.skip(f"claw-eval: {unavailable['claw-eval']}")
     sb = client.create_sandbox(
         "host",
         network="gateway",
-        gateway=ProxyLink.of(proxy).gateway(),
+        gateway=gateway(proxy),
         mounts=[tools_mount()],
         timeout=1800,
     )

@@ -29,8 +29,8 @@ def harnesses_ready() -> None:
 def gym_state(harnesses_ready: None) -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="pomona-gym-harness-")
     yield path
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     _close_all()
     LocalRuntime(path).unmount_store()

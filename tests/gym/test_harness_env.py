@@ -9,6 +9,7 @@ from gymnasium.utils.env_checker import check_env
 
 import pomona  # noqa: F401  (registers the environments)
 from pomona import trajectories
+from pomona.benchmarks import builtin
 
 
 def make(gym_state, runs, **kwargs):
@@ -76,3 +77,23 @@ def test_step_before_reset_is_an_error(gym_state, runs):
     env = make(gym_state, runs)
     with pytest.raises(RuntimeError, match="reset"):
         env.unwrapped.step(0)
+
+
+def test_async_vector_env_with_shared_memory_is_refused_in_words(gym_state, runs):
+    """Gymnasium's AsyncVectorEnv reads shared Text buffers once, at start: with shared memory
+    every text observation would come back as '000...'. Refused, and without it the text is
+    the env's own."""
+    kwargs = {"state_dir": gym_state, "trajectories": str(runs)}
+    shared = gym.vector.AsyncVectorEnv([lambda: make(gym_state, runs)] * 2, shared_memory=True)
+    try:
+        with pytest.raises(Exception, match="shared_memory=False"):
+            shared.reset(options={"task": "files/create-hello"})
+    finally:
+        shared.close(terminate=True)
+    plain = gym.make_vec("pomona/HarnessEnv-v0", 2, vectorization_mode="async",
+                         vector_kwargs={"shared_memory": False}, **kwargs)  # fmt: skip
+    try:
+        obs, _ = plain.reset(options={"task": "files/create-hello"})
+        assert list(obs["instruction"]) == [builtin.get("files/create-hello").instruction] * 2
+    finally:
+        plain.close()

@@ -13,8 +13,8 @@ import pomona.gym
 from pomona import trajectories
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import CommandScorer, Task
-from pomona.gym.rollouts import summary
-from pomona.gym.sandboxes import shared_client
+from pomona.episodes.rollouts import summary
+from pomona.orchestrator.sdk.shared import shared_client
 
 # Only the hanging task has a short budget: it cannot finish in it on any machine, and the
 # episodes meant to succeed get a budget no load can exhaust (a busy 2-core box once timed out

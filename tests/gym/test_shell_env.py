@@ -18,8 +18,8 @@ from pomona.benchmarks import builtin
 def state_dir():
     path = tempfile.mkdtemp(prefix="pomona-gym-")
     yield path
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     _close_all()
     LocalRuntime(path).unmount_store()

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from pomona import SandboxClient
-from pomona.harnesses import ProxyLink, names, payload, tools_mount
+from pomona.harnesses import names, payload, tools_mount
 from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy.control import gateway
 from tests.conftest import docker_available
 
 ALL = names()
@@ -91,7 +92,7 @@ def sandbox_for(proxy: ProxyServer) -> Iterator[Callable[..., Any]]:
         sb = client.create_sandbox(
             image,
             network="gateway",
-            gateway=ProxyLink.of(proxy).gateway(),
+            gateway=gateway(proxy),
             mounts=[tools_mount()],
             timeout=900,
         )

@@ -4,8 +4,8 @@ exit code: pi exits 0 on a dead upstream, Codex exits 0 on a failed command."""
 from __future__ import annotations
 
 from pomona.harnesses.base import Outputs
-from pomona.harnesses.proxy_link import RecordedCall
 from pomona.harnesses.runner import judge
+from pomona.proxy.control import RecordedCall
 
 OK = RecordedCall(False, "ok", "chat", "/e/k/v1/chat/completions", 200)
 SIDE = RecordedCall(True, "ok", "chat", "/e/k/v1/chat/completions", 200)

@@ -1,6 +1,7 @@
 """One way to open an episode, whichever way the proxy is reached: `ProxyServer.open_episode`
 takes exactly the fields of `POST /episodes`, so the callers that open episodes (the claw judge,
-the browser runner) send one set of fields through an in-process or an HTTP `ProxyLink`."""
+an attempt of the episode engine) send one set of fields through the in-process ProxyServer or
+a RemoteProxy."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import inspect
 import openai
 from proxy_helpers import calls
 
-from pomona.benchmarks.browser.runner import BrowserRun, open_agent_episode
 from pomona.benchmarks.claw.judge import Judge
 from pomona.benchmarks.task import Task
-from pomona.harnesses.proxy_link import ProxyLink
+from pomona.episodes.attempt import Attempt, RunInfo
+from pomona.proxy.control import RemoteProxy
 from pomona.proxy.schemas import EpisodeSpec
 
 
@@ -23,13 +24,14 @@ def test_in_process_opening_takes_exactly_the_http_fields():
     assert params == set(EpisodeSpec.model_fields)
 
 
-def test_the_claw_judge_and_the_browser_runner_over_either_link(proxy, runs):
+def test_the_claw_judge_and_an_attempt_over_either_link(proxy, runs):
     task = Task("t1", "find it", scorer=None, benchmark="webvoyager-local")  # type: ignore[arg-type]
-    for link in (ProxyLink.of(proxy), ProxyLink(proxy.url)):
+    for link in (proxy, RemoteProxy(proxy.url)):
         judge = Judge(link, verdict=0.25, of="judged")
         assert judge.evaluate("task", "said", "did", "rubric").score == 0.25
-        run = BrowserRun(link=link, client=None, run_id="r1", benchmark=task.benchmark)
-        ep = open_agent_episode(run, task, 0, ["Thought: look.\nAction: ANSWER; 42"], "scripted")
+        attempt = Attempt(task, "webvoyager", "1", "oracle", link, RunInfo("r1"))
+        script = ["Thought: look.\nAction: ANSWER; 42"]
+        ep = attempt.open("scripted", script, tool_less_calls="main")
         reply = openai.OpenAI(base_url=ep["base_url"], api_key="sk-x").chat.completions.create(
             model="m", messages=[{"role": "user", "content": "the page"}]
         )

@@ -14,13 +14,13 @@ import pomona.gym
 from pomona import trajectories
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import CommandScorer, Task
-from pomona.gym.rollouts import balanced_rollout, group_rollout
-from pomona.gym.sandboxes import shared_client
+from pomona.orchestrator.sdk.shared import shared_client
 from pomona.proxy import ProxyServer
 from pomona.proxy.replay import Replayer
 from pomona.trainer.bar import BarConfig
 from pomona.trainer.branching import harness_values, sft_examples, shell_values
 from pomona.trainer.episodes import load
+from pomona.trainer.rollouts import balanced_rollout, group_rollout
 
 # the session fixtures (harness recordings, a tiny model's SFT run) are set up inside the first
 # test's time; on a busy shared 2-core machine that can exceed the suite-wide 300 s

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from pomona.proxy.server import AppServer
+from pomona.proxy.appserver import AppServer
 from pomona.viewer.app import create_app
 
 REPO = Path(__file__).resolve().parents[2]

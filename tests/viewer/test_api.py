@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from pomona import trajectories
-from pomona.proxy.server import AppServer
+from pomona.proxy.appserver import AppServer
 from pomona.trajectories.writer import TrajectoryWriter
 from pomona.viewer.app import create_app
 

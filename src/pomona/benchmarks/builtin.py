@@ -6,6 +6,7 @@ They exercise the gym environments offline; the benchmark modules add the real s
 from __future__ import annotations
 
 from pomona.benchmarks.task import CommandScorer, Environment, Task
+from pomona.errors import Unknown
 
 NAMES = "mallory\nalice\ndave\ncarol\nbob\n"
 WORDS = "".join(f"word{i}\n" for i in range(37))
@@ -71,7 +72,7 @@ def tasks(name: str = "all") -> list[Task]:
     if name == "all":
         return [t for ts in TASK_SETS.values() for t in ts]
     if name not in TASK_SETS:
-        raise KeyError(f"no task set {name!r}; choose from {', '.join(TASK_SETS)} or 'all'")
+        raise Unknown(f"no task set {name!r}; choose from {', '.join(TASK_SETS)} or 'all'")
     return list(TASK_SETS[name])
 
 
@@ -79,4 +80,4 @@ def get(task_id: str) -> Task:
     for task in tasks():
         if task.id == task_id:
             return task
-    raise KeyError(f"no built-in task {task_id!r}")
+    raise Unknown(f"no built-in task {task_id!r}")

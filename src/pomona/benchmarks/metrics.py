@@ -24,6 +24,7 @@ from math import comb
 from typing import Any
 
 from pomona.benchmarks.resume import current
+from pomona.errors import UsageError
 
 Key = tuple[str, str, str]  # (benchmark, harness, model)
 
@@ -31,14 +32,14 @@ Key = tuple[str, str, str]  # (benchmark, harness, model)
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k trials drawn from n (c passing) passes."""
     if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+        raise UsageError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
     return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
 
 
 def pass_hat_k(n: int, c: int, k: int) -> float:
     """Probability that all k trials drawn from n (c passing) pass."""
     if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass^k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+        raise UsageError(f"pass^k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
     return comb(c, k) / comb(n, k)
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
 
+from pomona.benchmarks.task import VerifierError
 from pomona.errors import PomonaError
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def install(
         return
     site = sandbox.exec(_SITE.replace("python3", python, 1), timeout=60)
     if site.exit_code != 0 or not site.stdout.strip():
-        raise RuntimeError(f"no usable {python} in the sandbox: {site.stderr.strip()}")
+        raise VerifierError(f"no usable {python} in the sandbox: {site.stderr.strip()}")
     target = site.stdout.strip()
     sandbox.exec(f"mkdir -p {shlex.quote(target)}", timeout=60, user="root")
     sandbox.upload_dir(target, packages_tar(names))

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from pomona.errors import PomonaError
+from pomona.errors import EpisodeFailure, FailureKind
 from pomona.harnesses.mcp import McpServer
 from pomona.orchestrator.sdk.client import Sandbox
 
 if TYPE_CHECKING:  # the harness layer runs tasks: it imports this module, not the reverse
-    from pomona.harnesses.proxy_link import ProxyLink
     from pomona.harnesses.runner import HarnessResult
+    from pomona.proxy.control import ProxyControl
 
 
 class Score(BaseModel):
@@ -29,9 +29,18 @@ class Score(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-class VerifierError(PomonaError, RuntimeError):
+class VerifierError(EpisodeFailure, RuntimeError):
     """A scorer could not reach a trustworthy verdict (grading sandbox lost, no reward file):
     the episode is a `verifier` failure, never a reward of 0."""
+
+    kind: FailureKind = "verifier"
+
+
+class TaskSetupFailed(EpisodeFailure, RuntimeError):
+    """A task's own set-up commands failed in a fresh sandbox: the environment's fault, so the
+    attempt is a `sandbox` failure, never the agent's."""
+
+    kind: FailureKind = "sandbox"
 
 
 class Scorer(Protocol):
@@ -52,6 +61,8 @@ class Environment:
     user: str = "pomona"  # who runs commands: "root" where the image expects it (SWE-bench images)
     network: str = "gateway"  # a harness episode's sandbox: the model proxy only, or "full"
     env: dict[str, str] = field(default_factory=dict)  # variables every command in it sees
+    # the task plays in a browser session (pomona.benchmarks.browser.stage), not a bare sandbox
+    browser: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,7 @@ class Task:
         for command in self.environment.setup:
             result = sandbox.exec(command, timeout=600)
             if result.exit_code != 0:
-                raise RuntimeError(
+                raise TaskSetupFailed(
                     f"task {self.id}: setup {command!r} failed: {result.stderr.strip()}"
                 )
 
@@ -95,9 +106,9 @@ class Task:
         return None
 
     def evaluate(
-        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyControl | None = None
     ) -> Score:
-        """The verdict. `run` (the HarnessResult) and `proxy` (its ProxyLink) are there for tasks
+        """The verdict. `run` (the HarnessResult) and `proxy` (its ProxyControl) are there for tasks
         that grade the agent's own words or ask a judge model; most only look at the sandbox."""
         return self.scorer.score(self, self.scorer.collect(self, sandbox))
 

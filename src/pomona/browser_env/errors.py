@@ -8,26 +8,26 @@ is only reported back in the next observation.
 
 from __future__ import annotations
 
-from pomona.errors import PomonaError
+from pomona.errors import EpisodeFailure, FailureKind, PomonaError
 
 
-class BrowserInfraError(PomonaError, RuntimeError):
+class BrowserInfraError(EpisodeFailure, RuntimeError):
     """The browser environment failed under the agent; `kind` goes to `episodes.failure_kind`."""
 
-    kind = "sandbox"
+    kind: FailureKind = "sandbox"
 
 
 class BrowserCrashed(BrowserInfraError):
     """Chromium (or its sandbox) died, or the connection to its DevTools endpoint broke."""
 
-    kind = "sandbox"
+    kind: FailureKind = "sandbox"
 
 
 class PageHung(BrowserInfraError):
     """A page did not finish loading, or stopped answering, within the page timeout even after
     the retries that were safe to make."""
 
-    kind = "timeout"
+    kind: FailureKind = "timeout"
 
 
 class ActionError(PomonaError, ValueError):

@@ -129,7 +129,7 @@ def tool_call_of(action: Action) -> tuple[str, dict[str, Any]]:
     by_kind = {kind: name for name, kind in _PAGE_WIDE.items()}
     if action.kind in by_kind:
         return by_kind[action.kind], {}
-    raise ValueError(f"{action} is the final answer, not a tool call")
+    raise ActionError(f"{action} is the final answer, not a tool call")
 
 
 def page_content(obs: Observation, note: str = "") -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ module):
   pomona/ModelCallEnv-v0  one step is one model call of the harness  (pomona.gym.model_call_env)
   pomona/BrowserEnv-v0    one step is one action in a real browser   (pomona.gym.browser_env)
 
-`pomona.gym.rollout(tasks, harness, model, n=k, concurrency=c)` runs batched attempts
-(pomona.gym.rollouts). Everything but registration loads lazily, so `import pomona` stays light.
+`pomona.gym.rollout(tasks, harness, model, n=k, concurrency=c)` runs batched attempts (the
+episode engine's, pomona.episodes.rollouts; `group_rollout` and `balanced_rollout` are the
+trainer's, pomona.trainer.rollouts). Everything but registration loads lazily, so `import pomona`
+stays light.
 """
 
 from __future__ import annotations
@@ -17,12 +19,49 @@ import importlib.abc
 import importlib.util
 import sys
 from importlib.machinery import ModuleSpec
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, TypeAlias, TypeVar
+
+from pomona.errors import PomonaError
 
 ObsT = TypeVar("ObsT")
 Transition: TypeAlias = tuple[ObsT, float, bool, bool, dict[str, Any]]
 """What `step` returns: observation, reward, terminated, truncated, info."""
+
+
+class ResetNeeded(PomonaError, RuntimeError):
+    """`step` was called before `reset` (or after the env was closed)."""
+
+
+class SharedMemoryText(PomonaError, RuntimeError):
+    """The env runs in a Gymnasium AsyncVectorEnv with shared memory, which cannot carry Text
+    observations (see `refuse_shared_memory`)."""
+
+
+def refuse_shared_memory() -> None:
+    """Raise SharedMemoryText inside an AsyncVectorEnv worker that uses shared memory.
+
+    Gymnasium's AsyncVectorEnv (1.x) reads its shared observation buffers once, when it starts,
+    relying on their being views that later writes show through. A Text space's buffer reads as
+    a tuple of strings instead, a copy of the empty buffer, so every text observation comes back
+    as the charset's first character repeated ('000...' for ours) whatever the env returned
+    (Gymnasium issue #1164). Pomona's observations are text, so that combination is refused
+    where it would mislead, in words, rather than returning corrupt observations.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_async_worker" and "gymnasium/vector" in code.co_filename:
+            if frame.f_locals.get("shared_memory") is not None:
+                raise SharedMemoryText(
+                    "Gymnasium's AsyncVectorEnv with shared memory returns stale Text "
+                    "observations (all '0'): create it with shared_memory=False, e.g. "
+                    "gymnasium.make_vec(id, n, vectorization_mode='async', "
+                    "vector_kwargs={'shared_memory': False})"
+                )
+            return
+        frame = frame.f_back
+
 
 _ENVS = {
     "pomona/ShellEnv-v0": ("pomona.gym.shell_env:ShellEnv", False),
@@ -83,8 +122,12 @@ class _RegisterAfterRun(importlib.abc.Loader):
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("rollout", "summary", "group_rollout", "balanced_rollout"):
-        from pomona.gym import rollouts
+    if name in ("rollout", "summary"):
+        from pomona.episodes import rollouts
 
         return getattr(rollouts, name)
+    if name in ("group_rollout", "balanced_rollout"):
+        from pomona.trainer import rollouts as grouped
+
+        return getattr(grouped, name)
     raise AttributeError(f"module 'pomona.gym' has no attribute {name!r}")

@@ -40,14 +40,14 @@ from pomona.browser_env.highlevel import DEFAULT_SUBSETS
 from pomona.browser_env.session import BrowserSession, SessionOptions
 from pomona.browser_env.tabs import Limits
 from pomona.errors import PomonaError
-from pomona.gym import Transition
+from pomona.gym import ResetNeeded, Transition, refuse_shared_memory
 from pomona.gym.browser_interfaces import (
     CHARSET,
     BrowserGymInterface,
     Outcome,
     WebVoyagerInterface,
 )
-from pomona.gym.sandboxes import shared_client
+from pomona.orchestrator.sdk.shared import shared_client
 
 MINIWOB_VIEWPORT = (500, 360)
 INTERFACES = ("webvoyager", "browsergym")
@@ -152,6 +152,7 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        refuse_shared_memory()
         super().reset(seed=seed)
         task = self._pick((options or {}).get("task"))
         instance_seed = int(self.np_random.integers(2**31))
@@ -179,7 +180,7 @@ class BrowserEnv(gym.Env[dict[str, Any], str]):
         if self.failed is not None:
             return self._fail(self.failed)
         if session is None or task is None:
-            raise BrowserEnvError("call reset() before step()")
+            raise ResetNeeded("call reset() before step()")
         self.steps += 1
         try:
             with session.limit(f"the step {action[:80]!r}"):

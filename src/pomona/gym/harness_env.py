@@ -13,7 +13,7 @@ Observation: {"instruction": the task's instruction, "final_answer": the harness
 ("" before the run or when it gave none)}, printable ASCII, clipped.
 Action: Discrete(1), "run".
 Reward: the task's scorer; terminated after the one step. info["record"] is the episode record
-(pomona.gym.episode.EpisodeRecord, also the `episodes` row), info["calls"] the recorded calls.
+(pomona.episodes.engine.EpisodeRecord, also the `episodes` row), info["calls"] the recorded calls.
 An infrastructure failure gives reward 0.0 with info["failure"] set: not an attempt.
 """
 
@@ -27,12 +27,13 @@ from gymnasium import spaces
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task
-from pomona.gym import Transition
-from pomona.gym import episode as ep
-from pomona.gym.proxies import shared_proxy
-from pomona.gym.sandboxes import shared_client
+from pomona.episodes import engine as ep
+from pomona.gym import ResetNeeded, Transition, refuse_shared_memory
 from pomona.gym.shell_env import CHARSET, MAX_TEXT, clip, printable, text_dict
-from pomona.harnesses.proxy_link import ProxyLink
+from pomona.gym.tasks import pick_task
+from pomona.orchestrator.sdk.shared import shared_client
+from pomona.proxy.control import ProxyControl, calls_of, proxy_control
+from pomona.proxy.shared import shared_proxy
 
 
 class HarnessEnv(gym.Env[dict[str, str], int | np.integer[Any]]):
@@ -50,7 +51,7 @@ class HarnessEnv(gym.Env[dict[str, str], int | np.integer[Any]]):
         image: str | None = None,
         trajectories: str | None = None,
         models: str | None = None,
-        proxy: Any = None,
+        proxy: ProxyControl | str | None = None,
         timeout: float = 600,
     ):
         self.tasks = tasks or builtin.tasks(task_set)
@@ -74,21 +75,22 @@ class HarnessEnv(gym.Env[dict[str, str], int | np.integer[Any]]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, str], dict[str, Any]]:
+        refuse_shared_memory()
         super().reset(seed=seed)
         options = options or {}
         self.harness = options.get("harness", self.harness)
         self.model = options.get("model", self.model)
         self.dialect = options.get("dialect", self.dialect)
-        self.task = ep.pick_task(self.tasks, options.get("task"), self.np_random)
+        self.task = pick_task(self.tasks, options.get("task"), self.np_random)
         ep.ensure_harness(self.harness)
         self._done = False
         return self._obs(), {"task_id": self.task.id, "harness": self.harness, "model": self.model}
 
     def step(self, action: int | np.integer[Any] = 0) -> Transition[dict[str, str]]:
         if self.task is None or self._done:
-            raise RuntimeError("call reset() before step()")
+            raise ResetNeeded("call reset() before step()")
         self._done = True
-        link = ProxyLink.of(self._proxy or shared_proxy(self.trajectories, self.models))
+        link = proxy_control(self._proxy or shared_proxy(self.trajectories, self.models))
         record = ep.run_episode(
             self.task,
             self.harness,
@@ -105,7 +107,7 @@ class HarnessEnv(gym.Env[dict[str, str], int | np.integer[Any]]):
             "error": record.failure_message,
             "score": record.score,
             "record": record.to_dict(),
-            "calls": ep.read_calls(link, record.episode),
+            "calls": calls_of(link, record.episode) or [],
         }
         reward = record.reward if record.reward is not None else 0.0
         return self._obs(record.final_answer), float(reward), True, False, info

@@ -27,9 +27,9 @@ from gymnasium import spaces
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import Task
 from pomona.errors import SandboxError
-from pomona.gym import Transition
-from pomona.gym.sandboxes import shared_client
+from pomona.gym import ResetNeeded, Transition, refuse_shared_memory
 from pomona.orchestrator.sdk.client import Sandbox
+from pomona.orchestrator.sdk.shared import shared_client
 
 SUBMIT = "submit"
 CHARSET = string.printable  # ASCII letters, digits, punctuation and whitespace
@@ -99,6 +99,7 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        refuse_shared_memory()
         super().reset(seed=seed)
         self._release()
         task = self.task = self._pick((options or {}).get("task"))
@@ -119,7 +120,7 @@ class ShellEnv(gym.Env[dict[str, Any], str]):
     def step(self, action: str) -> Transition[dict[str, Any]]:
         task, sandbox = self.task, self.sandbox
         if sandbox is None or task is None:
-            raise RuntimeError("call reset() before step()")
+            raise ResetNeeded("call reset() before step()")
         if action.strip() == SUBMIT:
             try:  # a multi-step task checks the step and gives the next one
                 turn = task.next_turn(sandbox)

@@ -7,7 +7,6 @@ result = run("pi", "fix the bug", sandbox, "scripted", proxy, script=["make test
 
 from pomona.harnesses.base import Harness, Launch, Outputs, RunContext
 from pomona.harnesses.payload import DEFAULT_ROOT, InstallReport, install, installed
-from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get, harnesses, names
 from pomona.harnesses.runner import HarnessResult, run, tools_mount
 
@@ -18,7 +17,6 @@ __all__ = [
     "InstallReport",
     "Launch",
     "Outputs",
-    "ProxyLink",
     "RunContext",
     "get",
     "harnesses",

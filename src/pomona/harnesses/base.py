@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from pomona.errors import UsageError
 from pomona.harnesses.mcp import McpServer
 
 Dialect = Literal["chat", "responses", "anthropic"]
@@ -195,7 +196,7 @@ class Harness:
     def check_dialect(self, dialect: str | None) -> Dialect:
         chosen = dialect or self.dialects[0]
         if chosen not in self.dialects:
-            raise ValueError(f"{self.name} speaks {', '.join(self.dialects)}, not {chosen!r}")
+            raise UsageError(f"{self.name} speaks {', '.join(self.dialects)}, not {chosen!r}")
         return chosen
 
     def __repr__(self) -> str:

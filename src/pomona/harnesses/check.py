@@ -13,13 +13,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pomona.harnesses import payload
-from pomona.harnesses.proxy_link import ProxyLink
 from pomona.harnesses.registry import get, names
 from pomona.harnesses.runner import HarnessResult, run, tools_mount
 from pomona.orchestrator.sdk.client import Sandbox
+from pomona.proxy.control import ProxyControl, gateway, recorded_calls
 
 PROMPT = "Create a file named out.txt containing the word hello, using your shell tool."
 SCRIPT = ["echo hello > out.txt"]
@@ -40,7 +39,12 @@ class CheckRow:
 
 
 def file_task(
-    harness: str, sandbox: Sandbox, proxy: Any, *, dialect: str | None = None, timeout: float = 180
+    harness: str,
+    sandbox: Sandbox,
+    proxy: ProxyControl,
+    *,
+    dialect: str | None = None,
+    timeout: float = 180,
 ) -> CheckRow:
     """Run the file task once in `sandbox` (gateway to `proxy`, payload mounted) and judge it."""
     h = get(harness)
@@ -50,7 +54,7 @@ def file_task(
     )
     seconds = time.monotonic() - t0
     content = sandbox.exec(f"cat {sandbox.info.spec.workdir}/out.txt", timeout=10).stdout
-    calls = ProxyLink.of(proxy).calls(result.episode) or []
+    calls = recorded_calls(proxy, result.episode) or []
     main = [c for c in calls if not c.side]
     recorded = sorted({c.dialect for c in main})
     problems = []
@@ -85,7 +89,7 @@ def check(
     root: Path | str = payload.DEFAULT_ROOT,
 ) -> list[CheckRow]:
     """Install what is missing, then run the file task for each harness."""
-    from pomona import SandboxClient
+    from pomona.orchestrator.sdk.client import SandboxClient
     from pomona.proxy import ProxyConfig, ProxyServer
 
     wanted = harness_names or names()
@@ -96,7 +100,7 @@ def check(
         ProxyServer(ProxyConfig(trajectories=Path(tmp) / "runs")) as proxy,
         SandboxClient(runtime) as client,
     ):
-        gateway = ProxyLink.of(proxy).gateway()
+        allowed = gateway(proxy)
         for name in wanted:
             h = get(name)
             if name in missing:
@@ -114,7 +118,7 @@ def check(
                 )
                 continue
             with client.create_sandbox(
-                image, network="gateway", gateway=gateway, mounts=[tools_mount(root)]
+                image, network="gateway", gateway=allowed, mounts=[tools_mount(root)]
             ) as sb:
                 rows.append(
                     file_task(name, sb, proxy, dialect=dialect if dialect in h.dialects else None)

@@ -2,7 +2,7 @@
 collect its transcript, and judge how it ended from its effects, never from its exit code.
 
     with ProxyServer(ProxyConfig(trajectories=runs)) as proxy, SandboxClient() as client:
-        sb = client.create_sandbox("host", network="gateway", gateway=ProxyLink.of(proxy).gateway(),
+        sb = client.create_sandbox("host", network="gateway", gateway=gateway(proxy),
                                    mounts=[tools_mount()])
         result = run("pi", "create out.txt", sb, "scripted", proxy, script=["echo hello > out.txt"])
 """
@@ -20,17 +20,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from pomona.errors import FailureKind, SandboxFailed, UsageError
 from pomona.harnesses.base import TOOLS_MOUNT, Harness, Outputs, RunContext
 from pomona.harnesses.mcp import McpServer, McpUnsupported, check_unique
 from pomona.harnesses.payload import DEFAULT_ROOT
-from pomona.harnesses.proxy_link import ProxyLink, RecordedCall
 from pomona.harnesses.registry import get
 from pomona.orchestrator.sdk.client import Sandbox
 from pomona.orchestrator.types import Mount
+from pomona.proxy.control import ProxyControl, RecordedCall, proxy_control, recorded_calls
 
-FailureKind = Literal["none", "harness", "timeout", "proxy", "upstream"]
 _CONNECT_ERRORS = (
     "ECONNREFUSED",
     "Connection refused",
@@ -74,16 +74,16 @@ def tools_mount(root: Path | str = DEFAULT_ROOT) -> Mount:
     return Mount(source=str(root), target=TOOLS_MOUNT, read_only=True)
 
 
-def _inside_url(sandbox: Sandbox, link: ProxyLink) -> str:
+def _inside_url(sandbox: Sandbox, link: ProxyControl) -> str:
     """The proxy's root URL as the sandbox sees it: in gateway mode the one allowed host:port
     appears at 127.0.0.1:<port> inside."""
     spec = sandbox.info.spec
     if str(spec.network) == "gateway":
         return f"http://127.0.0.1:{spec.gateway_address[1]}"
     if str(spec.network) == "none":
-        raise ValueError(
+        raise UsageError(
             "the sandbox has network='none': a harness cannot reach the proxy; "
-            "create it with network='gateway', gateway=link.gateway()"
+            "create it with network='gateway', gateway=gateway(link)"
         )
     return link.url
 
@@ -170,12 +170,40 @@ def judge(
     return "harness", f"the harness did not finish its turn (exit {out.exit_code})"
 
 
+def _open(
+    h: Harness, link: ProxyControl, model: str, script: list[str] | None, metadata: dict[str, Any]
+) -> dict[str, str]:
+    """A new proxy episode for one run (when the caller opened none)."""
+    return link.open_episode(
+        model=model,
+        metadata={"harness": h.name, "harness_version": h.version, **metadata},
+        script=h.scripted(script) if script is not None else None,
+    )
+
+
+def _prepared(
+    h: Harness, sandbox: Sandbox, ctx: RunContext, workdir: str
+) -> tuple[str, dict[str, str]]:
+    """The harness's config laid out in the sandbox; its command line and environment."""
+    launch = h.launch(ctx)
+    setup = sandbox.exec(_setup_script([ctx.home, workdir, *launch.dirs], launch.files), timeout=60)
+    if setup.exit_code != 0:
+        raise SandboxFailed(f"could not prepare the run directory: {setup.stderr.strip()}")
+    run_id = ctx.run_dir.rsplit("-", 1)[-1]
+    env = {"HOME": ctx.home, "PWD": workdir, "POMONA_RUN": run_id, **launch.env}
+    command = (
+        f'export PATH="$PATH:{TOOLS_MOUNT}/bin"\ncd {shlex.quote(workdir)} || exit 97\n'
+        f"exec {launch.shell()} </dev/null"
+    )
+    return command, env
+
+
 def run(
     harness: str | Harness,
     task_prompt: str,
     sandbox: Sandbox,
     model: str,
-    proxy: Any,
+    proxy: ProxyControl | str,
     *,
     timeout: float = 600,
     script: list[str] | None = None,
@@ -188,7 +216,7 @@ def run(
 ) -> HarnessResult:
     """Run `harness` on `task_prompt` in `sandbox` (a sync Sandbox with the payload mounted at
     /opt/pomona/tools), its model calls going to a new episode of `proxy` (a ProxyServer, a URL or
-    a ProxyLink) served by `model`. `script` is the scripted model's commands. The episode is
+    a ProxyControl) served by `model`. `script` is the scripted model's commands. The episode is
     closed with the judged failure kind unless `close=False` (a caller that scores it first).
     `mcp` servers are given to the harness through its own config (pomona.harnesses.mcp)."""
     h = get(harness)
@@ -196,15 +224,8 @@ def run(
     servers = check_unique(mcp)
     if servers and not h.takes_mcp:
         raise McpUnsupported(f"{h.name} has no MCP client Pomona can configure")
-    link = ProxyLink.of(proxy)
-    if episode is None:
-        fields: dict[str, Any] = {
-            "model": model,
-            "metadata": {"harness": h.name, "harness_version": h.version, **(metadata or {})},
-        }
-        if script is not None:
-            fields["script"] = h.scripted(script)
-        episode = link.open_episode(**fields)
+    link = proxy_control(proxy)
+    episode = episode or _open(h, link, model, script, metadata or {})
     key = episode["key"]
     root = f"{_inside_url(sandbox, link)}/e/{key}"
     workdir = workdir or sandbox.info.spec.workdir
@@ -220,16 +241,8 @@ def run(
         timeout=timeout,
         mcp=servers,
     )
-    launch = h.launch(ctx)
     t0 = time.monotonic()
-    setup = sandbox.exec(_setup_script([ctx.home, workdir, *launch.dirs], launch.files), timeout=60)
-    if setup.exit_code != 0:
-        raise RuntimeError(f"could not prepare the run directory: {setup.stderr.strip()}")
-    env = {"HOME": ctx.home, "PWD": workdir, "POMONA_RUN": run_id, **launch.env}
-    command = (
-        f'export PATH="$PATH:{TOOLS_MOUNT}/bin"\ncd {shlex.quote(workdir)} || exit 97\n'
-        f"exec {launch.shell()} </dev/null"
-    )
+    command, env = _prepared(h, sandbox, ctx, workdir)
     result = sandbox.exec(command, timeout=timeout, env=env, cwd=workdir)
     sandbox.exec(_kill_run(run_id), timeout=30)
     seconds = time.monotonic() - t0
@@ -239,9 +252,8 @@ def run(
         result.exit_code,
         _collect(sandbox, ctx.run_dir, h.transcript_globs),
     )
-    final = h.final_answer(out)
     completed = h.completed(out) and not result.timed_out
-    calls = link.calls(key)
+    calls = recorded_calls(link, key)
     count = len(calls) if calls is not None else link.call_count(key)
     kind, message = judge(result.timed_out, completed, calls, count, out)
     if close:
@@ -254,7 +266,7 @@ def run(
         exit_code=result.exit_code,
         timed_out=result.timed_out,
         completed=completed,
-        final_answer=final,
+        final_answer=h.final_answer(out),
         failure_kind=kind,
         failure_message=message,
         calls=count,

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
+from pomona.errors import SandboxFailed
 from pomona.orchestrator.types import (
     ExecChunk,
     ExecRequest,
@@ -123,4 +124,4 @@ async def collect(stream: AsyncGenerator[ExecChunk | ExecResult, None]) -> ExecR
         async for item in stream:
             if isinstance(item, ExecResult):
                 return item
-    raise RuntimeError("exec stream ended without a result")
+    raise SandboxFailed("exec stream ended without a result")

@@ -18,7 +18,7 @@ _EXPORTS = {
     "SCRIPTED": "pomona.proxy.config",
     "ModelRoute": "pomona.proxy.config",
     "ProxyConfig": "pomona.proxy.config",
-    "AppServer": "pomona.proxy.server",
+    "AppServer": "pomona.proxy.appserver",
     "ProxyServer": "pomona.proxy.server",
 }
 __all__ = sorted(_EXPORTS)

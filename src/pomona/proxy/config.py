@@ -28,6 +28,7 @@ from typing import Any, TypedDict, Unpack
 
 import yaml
 
+from pomona.errors import UsageError
 from pomona.proxy.sampling import Pin
 
 SCRIPTED = "scripted"
@@ -63,14 +64,14 @@ class Timeouts:
         if isinstance(value, int | float) and not isinstance(value, bool):
             value = {"total": value}
         if not isinstance(value, dict) or set(value) - {"connect", "read", "total"}:
-            raise ValueError(
+            raise UsageError(
                 f"timeouts must be a number or {{connect, read, total}}, not {value!r}"
             )
         fields = {}
         for name in ("connect", "read", "total"):
             v = value.get(name, getattr(base, name))
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
-                raise ValueError(f"timeout {name} must be a positive number of seconds, not {v!r}")
+                raise UsageError(f"timeout {name} must be a positive number of seconds, not {v!r}")
             fields[name] = None if v is None else float(v)
         return cls(**fields)
 
@@ -98,10 +99,10 @@ class ModelRoute:
         """One `model_list` entry; `timeouts` are the proxy-wide defaults it may override."""
         name = entry.get("model_name") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name:
-            raise ValueError(f"model_list entry {entry!r} has no model_name")
+            raise UsageError(f"model_list entry {entry!r} has no model_name")
         params = {k: _resolve(v) for k, v in (entry.get("litellm_params") or {}).items()}
         if not isinstance(params.get("model"), str):
-            raise ValueError(f"model_list entry {name!r} has no litellm_params.model")
+            raise UsageError(f"model_list entry {name!r} has no litellm_params.model")
         provider = params["model"].split("/", 1)[0] if "/" in params["model"] else "openai"
         extra = ((entry.get("model_info") or {}).get("pomona")) or {}
         dialects = frozenset(extra.get("dialects", _NATIVE.get(provider, ())))
@@ -112,7 +113,7 @@ class ModelRoute:
         try:
             pin = Pin.parse(extra.get("pin"))
         except ValueError as e:
-            raise ValueError(f"model_list entry {name!r}: {e}") from None
+            raise UsageError(f"model_list entry {name!r}: {e}") from None
         return cls(name, params, dialects, token_ids, limits, kind, pin)
 
     @property

@@ -43,7 +43,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from pomona import PomonaError
+from pomona.errors import PomonaError
 from pomona.proxy.dialects import DIALECTS, Dialect
 
 

@@ -50,10 +50,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from pomona.errors import PomonaError
 from pomona.proxy import neutral, toolcall
+from pomona.proxy.appserver import AppServer
 from pomona.proxy.dialects import DIALECTS, Dialect, ToolCall
 from pomona.proxy.dialects.base import text_of
 from pomona.proxy.neutral import Action
-from pomona.proxy.server import AppServer
 
 PROVIDER = "transformers"
 MIN_SHARED_PREFIX = 32  # tokens: a shorter shared prefix is not worth copying a cache for

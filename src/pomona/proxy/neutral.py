@@ -20,6 +20,7 @@ from typing import Any
 
 from pomona.proxy.dialects import Dialect, Reply, ToolCall
 from pomona.proxy.dialects.base import text_of
+from pomona.proxy.errors import MalformedRequest
 
 Message = dict[str, Any]
 
@@ -213,20 +214,20 @@ class Action:
                 return cls(text=value)
             value = decoded
         if not isinstance(value, dict):
-            raise TypeError(
+            raise MalformedRequest(
                 f"an action is a dict, a JSON object or text, not {type(value).__name__}"
             )
         calls = []
         for c in value.get("tool_calls") or []:
             if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise ValueError(f"a tool call needs a name and arguments: {c!r}")
+                raise MalformedRequest(f"a tool call needs a name and arguments: {c!r}")
             args = _arguments(c.get("arguments"))
             if not isinstance(args, dict):
-                raise ValueError(f"tool call arguments must be a JSON object: {c!r}")
+                raise MalformedRequest(f"tool call arguments must be a JSON object: {c!r}")
             calls.append(ToolCall(c["name"], args, kind=c.get("kind", "function")))
         text = value.get("text")
         if text is not None and not isinstance(text, str):
-            raise ValueError(f"action text must be a string: {text!r}")
+            raise MalformedRequest(f"action text must be a string: {text!r}")
         return cls(text=text, tool_calls=calls)
 
     def to_dict(self) -> dict[str, Any]:

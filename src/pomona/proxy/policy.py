@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pomona.errors import PomonaError
 from pomona.proxy import neutral
 from pomona.proxy.dialects import Dialect
 from pomona.proxy.errors import CallExpired, UpstreamError
@@ -36,6 +37,10 @@ from pomona.proxy.neutral import Action
 
 POLICY = "policy"
 DEFAULT_TIMEOUT = 600.0
+
+
+class NoCall(PomonaError, TimeoutError):
+    """No model call arrived within the wait."""
 
 
 class PolicyError(UpstreamError):
@@ -133,7 +138,7 @@ class Policy:
             self._thread_readers += 1
             try:
                 if not self._arrived.wait_for(self._ready, timeout):
-                    raise TimeoutError(f"no model call within {timeout:g} s")
+                    raise NoCall(f"no model call within {timeout:g} s")
             finally:
                 self._thread_readers -= 1
             return self._take()
@@ -155,7 +160,7 @@ class Policy:
                         with self._lock, contextlib.suppress(ValueError):
                             self._waiters.remove(waiter)
         except TimeoutError:
-            raise TimeoutError(f"no model call within {timeout:g} s") from None
+            raise NoCall(f"no model call within {timeout:g} s") from None
 
     @property
     def readers(self) -> int:

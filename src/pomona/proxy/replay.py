@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pomona.errors import UsageError
 from pomona.proxy import neutral
 from pomona.proxy.dialects import DIALECTS
 from pomona.proxy.dialects.base import ToolCall
@@ -167,7 +168,7 @@ class Replayer:
         )
         self.upto = len(self.turns) if upto is None else upto
         if not 0 <= self.upto <= len(self.turns):
-            raise ValueError(f"upto must be within 0..{len(self.turns)}, not {upto}")
+            raise UsageError(f"upto must be within 0..{len(self.turns)}, not {upto}")
         self.then = then
         self._reports: dict[str, ReplayReport] = {}
         self._lock = threading.Lock()

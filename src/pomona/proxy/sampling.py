@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pomona.errors import UsageError
 from pomona.proxy.errors import BadRequest
 
 PARAMS = ("temperature", "top_p", "max_tokens", "seed")
@@ -54,9 +55,9 @@ class PinRefused(BadRequest):
 
 def _number(name: str, value: Any) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"pin {name} must be a number, not {value!r}")
+        raise UsageError(f"pin {name} must be a number, not {value!r}")
     if name in ("max_tokens", "seed") and (not isinstance(value, int) or value < 0):
-        raise ValueError(f"pin {name} must be a non-negative integer, not {value!r}")
+        raise UsageError(f"pin {name} must be a non-negative integer, not {value!r}")
     return value
 
 
@@ -74,24 +75,24 @@ class Pin:
         if value is None:
             return None
         if not isinstance(value, dict) or not set(value) <= {*PARAMS, "conflict", "side"}:
-            raise ValueError(f"pin must be a mapping of {', '.join(PARAMS)}, conflict and side, "
+            raise UsageError(f"pin must be a mapping of {', '.join(PARAMS)}, conflict and side, "
                              f"not {value!r}")  # fmt: skip
         values = {k: value[k] for k in PARAMS if value.get(k) is not None}
         for k, v in values.items():
             if not (k == "seed" and v == PER_CALL):
                 values[k] = _number(k, v)
         if not values:
-            raise ValueError("pin names no parameter to pin")
+            raise UsageError("pin names no parameter to pin")
         conflict = value.get("conflict", "force")
         per: dict[str, Any] = (
             conflict if isinstance(conflict, dict) else dict.fromkeys(values, conflict)
         )
         bad = {k: v for k, v in per.items() if k not in values or v not in CONFLICTS}
         if bad:
-            raise ValueError(f"pin conflict must be force or refuse for pinned parameters: {bad!r}")
+            raise UsageError(f"pin conflict must be force or refuse for pinned parameters: {bad!r}")
         side = value.get("side", "force")
         if side not in SIDES:
-            raise ValueError(f"pin side must be one of {', '.join(SIDES)}, not {side!r}")
+            raise UsageError(f"pin side must be one of {', '.join(SIDES)}, not {side!r}")
         return cls(values, {k: str(per.get(k, "force")) for k in values}, side)
 
     def wanted(self, sent: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pomona.errors import FailureKind
 from pomona.proxy.errors import BadRequest, MalformedRequest, at_fault
-from pomona.trajectories.schema import FAILURE_KINDS
 
 MAX_DEPTH = 128
 """Deepest JSON nesting accepted; real requests (tool schemas included) stay far below it."""
@@ -195,7 +195,7 @@ class EpisodeOutcome(BaseModel):
 
     reward: float | None = Field(default=None, allow_inf_nan=False)
     resolved: bool | None = None
-    failure_kind: Literal[FAILURE_KINDS] = "none"  # type: ignore[valid-type]
+    failure_kind: FailureKind = "none"
     failure_message: str | None = None
     artifacts: list[Artifact] | dict[str, str] | None = None
     run: str | None = None

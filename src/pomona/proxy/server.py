@@ -7,83 +7,26 @@ with ProxyServer(ProxyConfig(trajectories=Path("runs"))) as proxy:
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Self
-
-import uvicorn
-from starlette.types import ASGIApp
+from pathlib import Path
+from typing import Any, Literal
 
 from pomona.proxy.app import create_app
+from pomona.proxy.appserver import AppServer
 from pomona.proxy.config import ProxyConfig
 from pomona.proxy.policy import Policy
 from pomona.proxy.recording import CallObserver
 from pomona.proxy.schemas import EpisodeSpec, validated
 from pomona.proxy.state import ProxyState, episode_urls
-
-
-class AppServer:
-    """Any ASGI app served by uvicorn in a daemon thread on a free (or given) port."""
-
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0):
-        self.app = app
-        self.host, self.port = host, port
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        self._bound()
-        config = uvicorn.Config(
-            self.app,
-            log_level="warning",
-            lifespan="on",
-            http="h11",
-            loop="asyncio",
-            access_log=False,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"pomona-server-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start on {self.url}")
-            time.sleep(0.01)
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout)
-            self._server = self._thread = None
-
-    def _bound(self) -> None:
-        """Called once the port is known, before serving starts."""
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+from pomona.trajectories.storage import is_uri
 
 
 class ProxyServer(AppServer):
-    """The proxy on a free port; `url` is its root, `open_episode` gives per-episode base URLs."""
+    """The proxy on a free port; `url` is its root, `open_episode` gives per-episode base URLs.
+    It is the in-process ProxyControl (pomona.proxy.control): the same episodes API as a
+    RemoteProxy, with no HTTP round trip, and it can hold calls for an in-process policy."""
+
+    holds_calls = True
 
     def __init__(
         self,
@@ -125,6 +68,18 @@ class ProxyServer(AppServer):
         )  # fmt: skip
         ep = self.state.open_episode(spec, policy)
         return episode_urls(self.url, ep.key)
+
+    @property
+    def trajectories(self) -> Path | None:
+        """The directory this proxy records into, or None (it records nothing, or into an object
+        store: see pomona.trajectories.storage)."""
+        where = self.config.trajectories
+        return None if where is None or is_uri(where) else Path(where)
+
+    def call_count(self, key: str) -> int:
+        """How many calls the episode has made so far (0 for an unknown key)."""
+        ep = self.state.episodes.get(key)
+        return ep.calls if ep else 0
 
     def close_episode(self, key: str, **outcome: Any) -> None:
         """Close an episode; `outcome` (reward, resolved, failure_kind... see

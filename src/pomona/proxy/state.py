@@ -15,7 +15,7 @@ from pomona.proxy.episodes import Episode, Episodes, new_key, utcnow
 from pomona.proxy.errors import EpisodeNotFound, MalformedRequest
 from pomona.proxy.policy import Policy
 from pomona.proxy.recording import CallObserver, Recorder
-from pomona.proxy.upstream import Upstreams
+from pomona.proxy.upstreams import Upstreams
 
 
 class ProxyState:

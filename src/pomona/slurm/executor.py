@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks import metrics, swebench
+from pomona.benchmarks import metrics, registry, swebench
 from pomona.benchmarks.resume import Attempt, RunManifest, current, pending, results, stored
-from pomona.run import RunResult, _swe_outputs, choose_tasks
+from pomona.run import RunResult, choose_tasks
 from pomona.slurm import cluster
 from pomona.slurm.cluster import SlurmSettings
 from pomona.trajectories import TrajectoryWriter
@@ -143,13 +143,18 @@ def whole_run(manifest: RunManifest, trajectories: Path) -> RunResult:
     rows = [dict(r) for r in current(stored(trajectories)) if r.get("run") == manifest.run_id]
     rows = [r for r in rows if metrics.is_attempt(r)]
     swe_model = swebench.model_name(manifest.harness, manifest.model)
-    logs = trajectories / "swebench"
     tasks = choose_tasks(
         manifest.benchmark, manifest.run_id, trajectories, swe_model, manifest.tasks
     )
     kept = [r for r in rows if r.get("failure_kind") == "none"]
-    report = _swe_outputs([], tasks, logs, manifest.run_id, swe_model, kept)
+    bench, _ = registry.get(manifest.benchmark)
+    context = registry.LoadContext(
+        logs=trajectories / "swebench", run_id=manifest.run_id, model=swe_model
+    )
+    done = registry.Finished([], tasks, context, trajectories, bool(manifest.judge), kept)
+    outputs = bench.finish(done) if bench.finish else registry.Outputs()
     summaries = metrics.summarize(rows, range(1, manifest.k + 1))
     return RunResult(
-        manifest.run_id, [], summaries, trajectories, report, rows, manifest.benchmark, manifest.k
-    )
+        manifest.run_id, [], summaries, trajectories, outputs.results.get("swe_report"), rows,
+        manifest.benchmark, manifest.k, outputs.lines,
+    )  # fmt: skip

@@ -67,8 +67,8 @@ def sweep(tmp: Path) -> None:
 
 def _release(state: str) -> None:
     """The node-local state directory's sandboxes, store and files, once the shard is played."""
-    from pomona.gym.sandboxes import _close_all
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
 
     _close_all()
     if Path(state, "store").exists():

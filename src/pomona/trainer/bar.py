@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pomona.errors import UsageError
+
 COMPLETED, TRUNCATED, TRUNCATED_TIME, ABORTED = (
     "completed",
     "truncated",
@@ -69,11 +71,11 @@ class BarConfig:
     def __post_init__(self) -> None:
         lo, hi = self.positive
         if not 0 <= lo <= hi <= 1:
-            raise ValueError(
+            raise UsageError(
                 f"positive share bounds must satisfy 0 <= lo <= hi <= 1, not {self.positive}"
             )
         if not 1 <= self.n <= self.max_samples or self.stride < 1:
-            raise ValueError("need 1 <= n <= max_samples and stride >= 1")
+            raise UsageError("need 1 <= n <= max_samples and stride >= 1")
 
 
 @dataclass
@@ -161,6 +163,6 @@ class BalancedRollout:
 
     def result(self) -> BarResult:
         if self._result is None and self.need():
-            raise RuntimeError("the rollout is not finished: run need() more attempts first")
+            raise UsageError("the rollout is not finished: run need() more attempts first")
         assert self._result is not None
         return self._result

@@ -27,6 +27,7 @@ from typing import Any
 from pomona.benchmarks.task import Task
 from pomona.errors import SandboxError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
+from pomona.proxy.control import ProxyControl
 from pomona.trainer.episodes import Episode
 
 SUBMIT = "submit"
@@ -98,7 +99,7 @@ def harness_values(
     then: Callable[[dict[str, Any]], Any],
     *,
     k: int = 4,
-    proxy: Any,
+    proxy: ProxyControl,
     runtime: str = "local",
     state_dir: str | None = None,
     timeout: float = 300,
@@ -107,8 +108,8 @@ def harness_values(
 ) -> Values:
     """V(t) for every turn of a recorded harness episode (its `calls` rows): for each t, k runs
     of `harness` on `task` whose first t turns are replayed and the rest answered by `then`
-    (any policy: a LocalModel's `act`, a function). `proxy` must be an in-process ProxyServer."""
-    from pomona.gym.rollouts import rollout
+    (any policy: a LocalModel's `act`, a function). `proxy` must hold calls (an in-process ProxyServer)."""
+    from pomona.episodes.rollouts import rollout
     from pomona.proxy.replay import Replayer, recorded_turns
 
     turns = recorded_turns(calls)

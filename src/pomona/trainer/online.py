@@ -219,7 +219,7 @@ def evaluate(
     interval, infra failures apart (never a 0)."""
     import asyncio
 
-    from pomona.gym.rollouts import rollout
+    from pomona.episodes.rollouts import rollout
 
     model = f"{policy.name}-greedy" if greedy else policy.name
     t0 = time.monotonic()

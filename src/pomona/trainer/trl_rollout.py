@@ -167,7 +167,7 @@ class RolloutFunc:
         return self._by_instruction[text]
 
     async def _attempts(self, task: Task, n: int) -> list[Any]:
-        from pomona.gym.rollouts import rollout
+        from pomona.episodes.rollouts import rollout
 
         return await rollout([task], self.harness, self.model, n=n, proxy=self.proxy,
                              runtime=self.runtime, state_dir=self.state_dir,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pomona.trajectories import storage
 from pomona.trajectories.schema import schema_for
 from pomona.trajectories.writer import SUFFIX
 
@@ -99,10 +102,8 @@ def read_with_report(
 ) -> tuple[pa.Table, ReadReport]:
     """All rows of `table` in `directory` (stream files and compacted Parquet), plus a report.
     `directory` may also be an object store URI (s3://...): see storage.py."""
-    from pomona.trajectories import storage
-
     if storage.is_uri(directory):
-        return storage.read_store(storage.location_of(directory), table)
+        return _read_store(storage.location_of(directory), table)
     directory = Path(directory)
     schema = schema_for(table)
     report = ReadReport(table)
@@ -121,6 +122,17 @@ def read_with_report(
     return table_out, report
 
 
+def _read_store(location: str, table: str) -> tuple[pa.Table, Any]:
+    """read_with_report for a URI: the table's objects, downloaded and read like a directory;
+    the report names the objects, not the temporary copies."""
+    with tempfile.TemporaryDirectory(prefix="pomona-read-") as tmp:
+        sources = storage.download(location, table, Path(tmp))
+        result, report = read_with_report(tmp, table)
+        for f in report.files:
+            f.path = sources.get(f.path, f.path)
+    return result, report
+
+
 def read(directory: str | os.PathLike[str], table: str = "calls") -> pa.Table:
     """All whole rows of `table` in `directory`; warns (TornTrajectoryWarning) about torn tails."""
     result, report = read_with_report(directory, table)
@@ -131,6 +143,26 @@ def read(directory: str | os.PathLike[str], table: str = "calls") -> pa.Table:
             stacklevel=2,
         )
     return result
+
+
+def episode_calls(
+    directory: str | os.PathLike[str], key: str, columns: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """One episode's `calls` rows in the order they started (all columns unless named): the one
+    reader every consumer of a single episode's calls goes through."""
+    if not storage.is_uri(directory) and not Path(directory).exists():
+        return []
+    import pyarrow.compute as pc
+
+    table = read(directory, "calls")
+    if table.num_rows == 0:
+        return []
+    table = table.filter(pc.equal(table["episode"], key))
+    if columns is not None:
+        table = table.select(sorted({*columns, "started_at"}))
+    rows: list[dict[str, Any]] = table.to_pylist()
+    rows.sort(key=lambda r: r["started_at"])
+    return rows
 
 
 def to_pandas(directory: str | os.PathLike[str], table: str = "calls") -> pandas.DataFrame:

@@ -30,12 +30,22 @@ Version history: 1, the first layout; 2 adds `client_response`, the `upstream_*`
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pyarrow as pa
+
+from pomona.errors import FailureKind, PomonaError
 
 SCHEMA_VERSION = "4"
 
-FAILURE_KINDS = ("none", "sandbox", "harness", "proxy", "upstream", "verifier", "timeout")
-"""Why an episode did not produce a trustworthy reward. Infra failures are data, never a 0."""
+FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
+"""The values of `episodes.failure_kind` (pomona.errors.FailureKind)."""
+
+
+class TrajectoryError(PomonaError, ValueError):
+    """A row, table or store the trajectory layer cannot take (an unknown column or value, a
+    store it cannot open)."""
+
 
 CALL_STATUSES = ("ok", "upstream_error", "client_error", "refused", "incomplete")
 """`incomplete`: the client went away or the stream was cut before its end."""
@@ -140,6 +150,6 @@ def schema_for(table: str) -> pa.Schema:
     try:
         return SCHEMAS[table]
     except KeyError:
-        raise ValueError(
+        raise TrajectoryError(
             f"unknown trajectory table {table!r}; expected one of {sorted(SCHEMAS)}"
         ) from None

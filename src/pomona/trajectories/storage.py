@@ -35,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pomona.trajectories.schema import TrajectoryError
 from pomona.trajectories.writer import SUFFIX, TrajectoryWriter
 
 DEFAULT_SPOOL = (
@@ -66,7 +67,7 @@ def filesystem(location: str) -> tuple[Any, str]:
     try:
         found, base = fs.FileSystem.from_uri(location)
     except (pa.ArrowInvalid, OSError) as e:
-        raise ValueError(f"cannot open trajectory store {location!r}: {e}") from None
+        raise TrajectoryError(f"cannot open trajectory store {location!r}: {e}") from None
     return found, base.rstrip("/")
 
 
@@ -251,16 +252,3 @@ def download(location: str, table: str, into: Path) -> dict[str, str]:
                 out.write(chunk)
         sources[str(local)] = f"{location_of(location).split('?')[0].rstrip('/')}/{name}"
     return sources
-
-
-def read_store(location: str, table: str) -> tuple[pa.Table, Any]:
-    """read_with_report for a URI: the table's objects, downloaded and read like a directory;
-    the report names the objects, not the temporary copies."""
-    from pomona.trajectories.reader import read_with_report
-
-    with tempfile.TemporaryDirectory(prefix="pomona-read-") as tmp:
-        sources = download(location, table, Path(tmp))
-        result, report = read_with_report(tmp, table)
-        for f in report.files:
-            f.path = sources.get(f.path, f.path)
-    return result, report

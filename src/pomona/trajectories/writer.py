@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from pomona.trajectories.schema import CALL_STATUSES, FAILURE_KINDS, schema_for
+from pomona.trajectories.schema import CALL_STATUSES, FAILURE_KINDS, TrajectoryError, schema_for
 
 SUFFIX = ".arrows"
 
@@ -88,14 +88,14 @@ class TrajectoryWriter:
     def _check(self, row: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(row) - set(self.schema.names)
         if unknown:
-            raise ValueError(f"unknown {self.table} columns: {sorted(unknown)}")
+            raise TrajectoryError(f"unknown {self.table} columns: {sorted(unknown)}")
         out = dict(row)
         if "failure_kind" in out and out["failure_kind"] not in (None, *FAILURE_KINDS):
-            raise ValueError(
+            raise TrajectoryError(
                 f"failure_kind must be one of {FAILURE_KINDS}, not {out['failure_kind']!r}"
             )
         if "status" in out and out["status"] not in (None, *CALL_STATUSES):
-            raise ValueError(f"status must be one of {CALL_STATUSES}, not {out['status']!r}")
+            raise TrajectoryError(f"status must be one of {CALL_STATUSES}, not {out['status']!r}")
         if isinstance(out.get("artifacts"), Mapping):
             out["artifacts"] = [{"name": k, "uri": str(v)} for k, v in out["artifacts"].items()]
         return out

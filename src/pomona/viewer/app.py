@@ -15,20 +15,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
-import json
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import FastAPI, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from pomona.viewer import artifacts as arts
-from pomona.viewer import queries
 from pomona.viewer.index import StoreIndex
+from pomona.viewer.routes import episodes, runs
 
 STATIC = Path(__file__).parent / "static"
 PAGES = {"/": ("Runs", "runs.js"), "/leaderboard": ("Leaderboard", "leaderboard.js"),
@@ -43,19 +41,6 @@ SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-Offset = Annotated[int, Query(ge=0)]
-Limit = Annotated[int, Query(ge=1, le=500)]
-Text = Annotated[str | None, Query(max_length=500)]
-
-
-def _json(data: Any, index: StoreIndex, status: int = 200) -> Response:
-    body = json.dumps(data, ensure_ascii=False, default=str)
-    return Response(body, status, media_type="application/json",
-                    headers={"x-store-version": str(index.version)})  # fmt: skip
-
-
-def _missing(what: str) -> JSONResponse:
-    return JSONResponse({"error": "not_found", "detail": what}, 404)
 
 
 def create_app(directory: str | os.PathLike[str], refresh_interval: float = 1.0) -> FastAPI:
@@ -78,109 +63,8 @@ def create_app(directory: str | os.PathLike[str], refresh_interval: float = 1.0)
         app.add_api_route(route, page, methods=["GET", "HEAD"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
-    @app.get("/api/overview")
-    def overview() -> Response:
-        index.refresh()
-        return _json(queries.overview(index), index)
-
-    @app.get("/api/runs")
-    def runs() -> Response:
-        index.refresh()
-        return _json({"runs": queries.runs(index), "in_flight": queries.in_flight(index)}, index)
-
-    @app.get("/api/run")
-    def run(run: Annotated[str, Query(max_length=500)]) -> Response:
-        index.refresh()
-        found = queries.run_detail(index, run)
-        return _json(found, index) if found else _missing(f"no run {run!r} in this store")
-
-    @app.get("/api/run/tasks")
-    def run_tasks(run: Annotated[str, Query(max_length=500)], status: Text = None,
-                  failure_kind: Text = None, task: Text = None, offset: Offset = 0,
-                  limit: Limit = 50) -> Response:  # fmt: skip
-        index.refresh()
-        page = queries.run_tasks(index, run, status=status, failure_kind=failure_kind, task=task,
-                                 offset=offset, limit=limit)  # fmt: skip
-        return _json(page, index)
-
-    @app.get("/api/episodes")
-    def episodes(run: Text = None, benchmark: Text = None, task: Text = None, harness: Text = None,
-                 model: Text = None, status: Text = None, failure_kind: Text = None,
-                 offset: Offset = 0, limit: Limit = 50) -> Response:  # fmt: skip
-        index.refresh()
-        page = queries.episodes(index, offset=offset, limit=limit, run=run, benchmark=benchmark,
-                                task=task, harness=harness, model=model, status=status,
-                                failure_kind=failure_kind)  # fmt: skip
-        return _json(page, index)
-
-    @app.get("/api/episode")
-    def episode(key: Annotated[str, Query(max_length=500)]) -> Response:
-        index.refresh()
-        found = queries.episode(index, key)
-        if found is None:
-            return _missing(f"no episode {key!r} in this store")
-        found["artifacts"] = [a.describe(index.directory) for a in arts.of_row(found["episode"])]
-        found["same_task"] = queries.same_task(index, key)
-        return _json(found, index)
-
-    @app.get("/api/episode/call")
-    def call_messages(key: Annotated[str, Query(max_length=500)],
-                      n: Annotated[int, Query(ge=0)]) -> Response:  # fmt: skip
-        """Every message one call sent, the earlier ones included (the episode page folds those)."""
-        index.refresh()
-        found = queries.call_messages(index, key, n)
-        if found is None:
-            return _missing(f"episode {key!r} has no call {n}")
-        return _json({"key": key, "n": n, "messages": found}, index)
-
-    @app.get("/api/episode/raw")
-    def raw(key: Annotated[str, Query(max_length=500)]) -> Response:
-        """The episode's rows exactly as stored: the episodes row and every calls row, whole."""
-        index.refresh()
-        row = queries.episode_row(index, key)
-        calls = queries.call_rows(index, key)
-        if row is None and not calls:
-            return _missing(f"no episode {key!r} in this store")
-        return _json({"episode": row, "calls": calls}, index)
-
-    @app.get("/api/episode/artifact")
-    def artifact(key: Annotated[str, Query(max_length=500)], index_: Annotated[int, Query(
-            alias="index", ge=0)], preview: bool = False) -> Response:  # fmt: skip
-        index.refresh()
-        found = arts.of_row(queries.episode_row(index, key))
-        if index_ >= len(found):
-            return _missing(f"episode {key!r} has no artifact {index_}")
-        item = found[index_]
-        try:
-            path = arts.resolve(item.uri, index.directory)
-        except arts.ArtifactRefused as e:
-            return JSONResponse({"error": "refused", "detail": str(e)}, 403)
-        if preview and item.kind != "image":
-            text, cut = arts.preview(path)
-            return _json({"name": item.name, "kind": item.kind, "text": text, "truncated": cut},
-                         index)  # fmt: skip
-        return FileResponse(
-            path,
-            media_type=arts.media_type(item),
-            headers={"content-security-policy": "sandbox; default-src 'none'"},
-        )
-
-    @app.get("/api/leaderboard")
-    def leaderboard() -> Response:
-        index.refresh()
-        return _json(queries.leaderboard(index), index)
-
-    @app.get("/api/leaderboard.png")
-    def leaderboard_png() -> Response:
-        index.refresh()
-        try:
-            png = queries.leaderboard_png(index)
-        except ImportError:
-            return _missing("the plot needs matplotlib (pip install 'pomona[bench]')")
-        if png is None:
-            return _missing("no episodes yet: nothing to plot")
-        return Response(png, media_type="image/png")
-
+    for router in (runs.router, episodes.router):
+        app.include_router(router)
     return app
 
 

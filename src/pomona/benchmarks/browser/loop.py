@@ -23,7 +23,7 @@ import httpx
 from pomona.browser_env import actions
 from pomona.browser_env.errors import ActionError
 from pomona.browser_env.session import BrowserSession, Observation
-from pomona.errors import PomonaError
+from pomona.errors import EpisodeFailure, FailureKind
 from pomona.harnesses.base import API_KEY
 
 NAME = "webvoyager"
@@ -64,12 +64,11 @@ ACTION_FAILED = "The action could not be carried out: {error}. "
 OMITTED = "[screenshot omitted: only the last {n} are kept]"
 
 
-class AgentFailure(PomonaError, RuntimeError):
+class AgentFailure(EpisodeFailure, RuntimeError):
     """The model could not be reached or answered with an error: `kind` is `proxy` or `upstream`."""
 
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
+    def __init__(self, kind: FailureKind, message: str):
+        super().__init__(message, kind)
 
 
 @dataclass

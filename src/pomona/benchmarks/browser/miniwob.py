@@ -26,6 +26,7 @@ from typing import Any
 
 from pomona.benchmarks.task import Environment, Score, Task
 from pomona.browser_env.marks import Mark
+from pomona.errors import EpisodeFailure, Unknown
 
 ROOT = "http://miniwob.pomona.test/"
 BASE = f"{ROOT}miniwob/"
@@ -48,6 +49,11 @@ STATE_SCRIPT = """() => ({done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL,
   raw: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON, utterance: core.getUtterance()})"""
 
 
+class Unsolvable(EpisodeFailure, LookupError):
+    """The oracle has no solution for this instance (no solver, or the page lacks what it
+    looks for): the oracle's failure, a `harness` failure of the attempt, never a 0."""
+
+
 def _utterance(task: dict[str, Any] | str) -> str:
     return task if isinstance(task, str) else str(task.get("utterance", ""))
 
@@ -60,7 +66,7 @@ def _first(marks: list[Mark], pred: Callable[[Mark], bool], what: str) -> Mark:
     for m in marks:
         if pred(m):
             return m
-    raise LookupError(f"no element on the page is {what}")
+    raise Unsolvable(f"no element on the page is {what}")
 
 
 def _with_text(marks: list[Mark], text: str) -> Mark:
@@ -125,7 +131,7 @@ def solve_click_checkboxes(u: str, marks: list[Mark]) -> list[str]:
 def solve_click_tab(u: str, marks: list[Mark]) -> list[str]:
     found = re.search(r"#(\d)", u)
     if found is None:
-        raise LookupError(f"no tab number in the instruction {u!r}")
+        raise Unsolvable(f"no tab number in the instruction {u!r}")
     number = found.group(1)
     return [f"Click [{_first(marks, lambda m: m.text == f'Tab #{number}', 'the tab').index}]"]
 
@@ -180,14 +186,14 @@ def page_url(name: str) -> str:
 def task(name: str, seed: int = 0, scale: str = "browsergym") -> Task:
     tasks_known = registered()
     if name not in tasks_known:
-        raise KeyError(f"the miniwob package has no task {name!r} ({len(tasks_known)} tasks)")
+        raise Unknown(f"the miniwob package has no task {name!r} ({len(tasks_known)} tasks)")
     if scale not in SCALES:
-        raise KeyError(f"no MiniWoB reward scale {scale!r}: choose {', '.join(SCALES)}")
+        raise Unknown(f"no MiniWoB reward scale {scale!r}: choose {', '.join(SCALES)}")
     return Task(
         id=f"miniwob/{name}",
         instruction="",
         scorer=MiniWoBReward(scale),
-        environment=Environment(image="host"),
+        environment=Environment(image="host", browser=True),
         benchmark="miniwob",
         metadata={
             "web": page_url(name),
@@ -218,5 +224,5 @@ def ended(session: Any) -> bool:
 def solve(t: Task, utterance: str, marks: list[Mark]) -> list[str]:
     name = t.metadata["miniwob"]
     if name not in SOLVERS:
-        raise LookupError(f"no solver for {t.id}: the oracle has {', '.join(SOLVERS)}")
+        raise Unsolvable(f"no solver for {t.id}: the oracle has {', '.join(SOLVERS)}")
     return SOLVERS[name](utterance, marks)

@@ -162,7 +162,7 @@ def webvoyager_tasks(path: str | Path) -> list[Task]:
             id=row["id"],
             instruction=row["ques"],
             scorer=JudgedOnly(),
-            environment=Environment(image="host", network="full"),
+            environment=Environment(image="host", network="full", browser=True),
             benchmark=label,
             metadata={
                 **row,

@@ -19,6 +19,7 @@ from pomona.benchmarks.task import Score, Task
 from pomona.browser_env.chromium import LOCAL_DOMAIN
 from pomona.browser_env.errors import BrowserCrashed, NavigationFailed
 from pomona.browser_env.marks import Mark
+from pomona.errors import EpisodeFailure
 
 BENCHMARKS = ("miniwob", *tasks.BENCHMARKS)
 
@@ -81,5 +82,7 @@ def oracle_actions(task: Task, instruction: str, marks: list[Mark]) -> list[str]
     if is_miniwob(task):
         return miniwob.solve(task, instruction, marks)
     if task.solution is None:
-        raise ValueError(f"task {task.id} has no reference actions (run references.py)")
+        raise EpisodeFailure(
+            f"task {task.id} has no reference actions (python -m pomona.gym.browser_references)"
+        )
     return list(task.solution)

@@ -21,6 +21,7 @@ from typing import Any
 
 from pomona.benchmarks.browser.oracle import SiteOracle
 from pomona.benchmarks.task import Environment, Task
+from pomona.errors import Unknown
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "browser"
 TASKS_FILE = DATA / "tasks.jsonl"
@@ -83,7 +84,7 @@ def task_of(r: dict[str, Any], benchmark: str) -> Task:
         id=r["id"],
         instruction=r["ques"],
         scorer=SiteOracle(),
-        environment=Environment(image="host", workdir="/workspace"),
+        environment=Environment(image="host", workdir="/workspace", browser=True),
         solution=tuple(actions) if actions else None,
         benchmark=benchmark,
         metadata=meta,
@@ -92,7 +93,7 @@ def task_of(r: dict[str, Any], benchmark: str) -> Task:
 
 def load(benchmark: str) -> list[Task]:
     if benchmark not in BENCHMARKS:
-        raise KeyError(f"unknown browser benchmark {benchmark!r}; choose {', '.join(BENCHMARKS)}")
+        raise Unknown(f"unknown browser benchmark {benchmark!r}; choose {', '.join(BENCHMARKS)}")
     rows = records()
     if benchmark == "deepshop-local":
         rows = tuple(r for r in rows if r["web_name"] == SHOP)

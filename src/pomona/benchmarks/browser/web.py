@@ -19,6 +19,7 @@ from typing import Any
 
 from pomona.browser_env.chromium import LOCAL_DOMAIN, SITES_PORT
 from pomona.browser_env.errors import BrowserCrashed
+from pomona.errors import MissingExtra
 from pomona.orchestrator.sdk.client import Sandbox
 
 SERVER = Path(__file__).parent / "sites" / "server.py"
@@ -38,7 +39,7 @@ def miniwob_root() -> Path:
     try:
         import miniwob
     except ImportError as e:
-        raise RuntimeError(
+        raise MissingExtra(
             "MiniWoB++ needs the `miniwob` package: pip install 'pomona[browser]'"
         ) from e
     return Path(miniwob.__file__).parent / "html"

@@ -30,8 +30,8 @@ from pomona.orchestrator.sdk.client import Sandbox
 
 if TYPE_CHECKING:
     from pomona.benchmarks.claw.grader_api import DimensionScores, ToolDispatch, TraceMessage
-    from pomona.harnesses.proxy_link import ProxyLink
     from pomona.harnesses.runner import HarnessResult
+    from pomona.proxy.control import ProxyControl
 
 DATA = Path(__file__).parents[1] / "data" / "claw_eval_local"
 PASS_THRESHOLD = 0.75
@@ -274,7 +274,7 @@ class ClawEvalTask(Task):
         )
 
     def evaluate(
-        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyControl | None = None
     ) -> Score:
         artifacts = conversation.evidence(
             self, sandbox, run, proxy, self.judge_model, self.judge_verdict

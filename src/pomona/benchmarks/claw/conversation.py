@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.claw.judge import Judge
-from pomona.harnesses.proxy_link import ProxyLink
+from pomona.proxy.control import ProxyControl, calls_of
 from pomona.proxy.dialects import DIALECTS
 from pomona.proxy.neutral import messages as neutral_messages
 
@@ -29,7 +29,7 @@ def evidence(
     task: Task,
     sandbox: Sandbox,
     run: HarnessResult | None,
-    proxy: ProxyLink | None,
+    proxy: ProxyControl | None,
     judge_model: str,
     judge_verdict: float,
 ) -> dict[str, Any]:
@@ -38,11 +38,9 @@ def evidence(
     recorded beside the judged episode."""
     artifacts = task.scorer.collect(task, sandbox)
     if run is not None and proxy is not None:
-        from pomona.gym.episode import read_calls  # (the gym imports the benchmarks)
-
-        link = ProxyLink.of(proxy)
-        artifacts["conversation"] = from_calls(read_calls(link, run.episode), run.final_answer)
-        artifacts["judge"] = Judge(link, judge_model, judge_verdict, of=run.episode)
+        recorded = calls_of(proxy, run.episode) or []
+        artifacts["conversation"] = from_calls(recorded, run.final_answer)
+        artifacts["judge"] = Judge(proxy, judge_model, judge_verdict, of=run.episode)
     return artifacts
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from openai import OpenAI
 
 from pomona.benchmarks.task import VerifierError
-from pomona.harnesses.proxy_link import ProxyLink
+from pomona.proxy.control import ProxyControl
 
 CLAW_SYSTEM = (
     "You grade the work of an AI assistant. You get the user's request, what the assistant "
@@ -42,7 +42,7 @@ class JudgeResult:
 
 @dataclass
 class Judge:
-    proxy: ProxyLink | Any
+    proxy: ProxyControl
     model: str = "scripted"
     verdict: float = 1.0  # the scripted stand-in's fixed score
     of: str = ""  # the judged episode, recorded in each judgement's metadata
@@ -55,16 +55,14 @@ class Judge:
         )
 
     def _ask(self, system: str, user: str, scripted_reply: str) -> str:
-        link = ProxyLink.of(self.proxy)
-        fields: dict[str, Any] = {
-            "model": self.model,
-            "metadata": {"role": "judge", "of": self.of},
-            "tool_less_calls": "main",  # a judge's tool-less request is its turn, not a side call
-        }
-        if self.model == "scripted":
-            fields["script"] = [json.dumps({"text": scripted_reply})]
+        script = [json.dumps({"text": scripted_reply})] if self.model == "scripted" else None
         try:
-            episode = link.open_episode(**fields)
+            episode = self.proxy.open_episode(
+                model=self.model,
+                metadata={"role": "judge", "of": self.of},
+                script=script,
+                tool_less_calls="main",  # a judge's tool-less request is its turn, not a side call
+            )
             reply = OpenAI(
                 base_url=episode["base_url"], api_key="sk-pomona", max_retries=3
             ).chat.completions.create(
@@ -72,7 +70,7 @@ class Judge:
                 temperature=0,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
             )
-            link.close_episode(episode["key"])
+            self.proxy.close_episode(episode["key"])
         except Exception as e:  # noqa: BLE001 - a judge that cannot answer is the verifier's failure
             raise VerifierError(f"the judge ({self.name}) did not answer: {e!r}") from e
         text = reply.choices[0].message.content or ""

@@ -33,8 +33,8 @@ from pomona.benchmarks.task import Environment, Score, Task, VerifierError
 from pomona.orchestrator.sdk.client import Sandbox
 
 if TYPE_CHECKING:
-    from pomona.harnesses.proxy_link import ProxyLink
     from pomona.harnesses.runner import HarnessResult
+    from pomona.proxy.control import ProxyControl
 
 DATA = Path(__file__).parents[1] / "data" / "qwenclawbench_local"
 PERFECT = 1 - 1e-9
@@ -139,7 +139,7 @@ class QwenClawTask(Task):
     simple_scoring: bool = False
 
     def evaluate(
-        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyControl | None = None
     ) -> Score:
         artifacts = conversation.evidence(
             self, sandbox, run, proxy, self.judge_model, self.judge_verdict

@@ -149,7 +149,7 @@ def evaluate(
     outcome is appended to the run's `outcomes.jsonl` as it ends; with `resume`, an instance
     whose last outcome there is a result of its patch (resolved, unresolved, empty) is not
     graded again, and every other one is, whatever its logs hold."""
-    from pomona.gym.sandboxes import shared_client
+    from pomona.orchestrator.sdk.shared import shared_client
 
     say = say or (lambda text: print(text, file=sys.stderr))
     root = Path(log_root).resolve()
@@ -296,8 +296,6 @@ def resumed(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _run_grade(args: argparse.Namespace) -> int:
-    from pomona.run import client_runtime
-
     try:
         args = resumed(args) if args.resume else args
     except ResumeError as e:
@@ -320,7 +318,7 @@ def _run_grade(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             report_dir=args.report_dir,
             log_root=args.log_root,
-            runtime=client_runtime(args.runtime),
+            runtime=args.runtime,
             state_dir=args.state_dir,
             build_images=args.build_images,
             resume=bool(args.resume),

@@ -482,7 +482,7 @@ def build(
     from swebench.task.checks import check_task_repo, errors
     from swebench.task.repo import dump_yaml
 
-    from pomona import SandboxClient
+    from pomona.orchestrator.sdk.client import SandboxClient
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweb.yaml").write_text(dump_yaml({"datasets": [dataset], "splits": ["test"]}))

@@ -60,8 +60,8 @@ from pomona.benchmarks.terminal_bench.verifier import (
 from pomona.orchestrator.sdk.client import Sandbox
 
 if TYPE_CHECKING:
-    from pomona.harnesses.proxy_link import ProxyLink
     from pomona.harnesses.runner import HarnessResult
+    from pomona.proxy.control import ProxyControl
 
 __all__ = [
     "DATA",
@@ -294,7 +294,7 @@ class TbTask(Task):
         )
 
     def evaluate(
-        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyLink | None = None
+        self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyControl | None = None
     ) -> Score:
         if not self.steps:
             return super().evaluate(sandbox, run, proxy)

@@ -85,6 +85,13 @@ class Gateway:
         if task:  # remembered, so close() can end connections still open
             self.connections.add(task)
             task.add_done_callback(self.connections.discard)
+        # A connection that close() cancels ends normally: asyncio's stream server asks a
+        # finished handler task for its exception(), which raises (and logs a traceback) for a
+        # task that ended cancelled.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._relay(reader, writer)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:

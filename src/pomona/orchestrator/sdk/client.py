@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from pomona.errors import SandboxFailed
+from pomona.errors import ClientClosed, SandboxFailed
 from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.runtimes import make_runtime
 from pomona.orchestrator.service import SandboxService, Service
@@ -360,7 +360,7 @@ class _Portal:
         if threading.current_thread() is self.thread or self.loop.is_closed():
             if inspect.iscoroutine(work):
                 work.close()
-            raise RuntimeError(
+            raise ClientClosed(
                 "this SandboxClient is closed"
                 if self.loop.is_closed()
                 else "a sync SDK method was called on the SDK's own event loop thread; "

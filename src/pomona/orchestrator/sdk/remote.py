@@ -33,6 +33,7 @@ from urllib.parse import quote
 import httpx
 
 from pomona.errors import (
+    ClientClosed,
     InvalidRequest,
     PomonaError,
     SandboxFailed,
@@ -122,7 +123,7 @@ class RemoteService:
     @property
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            raise RuntimeError("RemoteService.start() was not called")
+            raise ClientClosed("RemoteService.start() was not called")
         return self._client
 
     async def close(self) -> None:

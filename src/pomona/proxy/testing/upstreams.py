@@ -42,8 +42,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from pomona.proxy import scripted
+from pomona.proxy.appserver import AppServer
 from pomona.proxy.dialects import DIALECTS
-from pomona.proxy.server import AppServer
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 RATE_LIMIT_HEADERS = {

@@ -8,7 +8,8 @@ import atexit
 import threading
 from pathlib import Path
 
-from pomona.proxy import ProxyConfig, ProxyServer
+from pomona.proxy.config import ProxyConfig
+from pomona.proxy.server import ProxyServer
 
 DEFAULT_TRAJECTORIES = "pomona-runs"
 

@@ -5,7 +5,7 @@ playing the plan in a real BrowserEnv, and check that the oracle accepts the res
 The sites are deterministic, so the numbers hold for every later run; the oracle model replays
 them. Run after changing a site or a task:
 
-    python -m pomona.benchmarks.browser.references [--state-dir D]
+    python -m pomona.gym.browser_references [--state-dir D]
 
 Plan steps: `click TEXT`, `type LABEL :: TEXT` (LABEL is the field's placeholder or text),
 `scroll up|down`, `back`, `google`, `answer TEXT` (default `answer Done.`). An element not in
@@ -20,8 +20,13 @@ from typing import Any
 
 from pomona.benchmarks.browser import tasks as local
 from pomona.browser_env.marks import Mark
+from pomona.errors import PomonaError
 
 MAX_SCROLLS = 6
+
+
+class PlanFailed(PomonaError, RuntimeError):
+    """A task's plan did not replay to a passing episode: its reference actions are not kept."""
 
 
 def _find(marks: list[Mark], label: str, typing: bool) -> Mark | None:
@@ -42,7 +47,7 @@ def compile_plan(env: Any, task_id: str) -> tuple[list[str], dict[str, Any]]:
     def do(action: str) -> dict[str, Any]:
         _, _, terminated, truncated, step_info = env.step(action)
         if step_info.get("failure", "none") != "none" or step_info.get("error"):
-            raise RuntimeError(f"{task_id}: {action!r} failed: {step_info}")
+            raise PlanFailed(f"{task_id}: {action!r} failed: {step_info}")
         out.append(action)
         return step_info
 
@@ -65,7 +70,7 @@ def compile_plan(env: Any, task_id: str) -> tuple[list[str], dict[str, Any]]:
                 break
             info = do("Scroll [WINDOW]; down")
         else:
-            raise RuntimeError(f"{task_id}: no element {label!r} at {info['url']}")
+            raise PlanFailed(f"{task_id}: no element {label!r} at {info['url']}")
         info = do(f"Type [{mark.index}]; {text}" if verb == "type" else f"Click [{mark.index}]")
     raise AssertionError("unreachable: the plan ends with an answer")
 
@@ -73,7 +78,9 @@ def compile_plan(env: Any, task_id: str) -> tuple[list[str], dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     import gymnasium as gym
 
-    import pomona  # noqa: F401 - registers the envs
+    from pomona.gym import register_envs
+
+    register_envs()
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir")

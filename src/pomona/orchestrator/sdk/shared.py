@@ -12,11 +12,16 @@ _lock = threading.Lock()
 
 
 def shared_client(runtime: str | None = "local", state_dir: str | None = None) -> SandboxClient:
-    """The process's client for `runtime` (None: the service at POMONA_URL) and `state_dir`."""
+    """The process's client for `runtime`: a runtime's name, an orchestrator's URL, or None
+    (the service at POMONA_URL); `state_dir` for an embedded runtime."""
     with _lock:
         key = (runtime, state_dir)
         if key not in _clients:
-            client = _clients[key] = SandboxClient(runtime, state_dir=state_dir or None)
+            if runtime is not None and "://" in runtime:
+                client = SandboxClient(base_url=runtime)
+            else:
+                client = SandboxClient(runtime, state_dir=state_dir or None)
+            _clients[key] = client
             client.start()
         return _clients[key]
 
