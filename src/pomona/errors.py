@@ -68,6 +68,11 @@ class PomonaError(Exception):
     """Base of every error Pomona raises on purpose."""
 
 
+class Signal(BaseException):
+    """Control flow, not an error: it must pass through the `except Exception` of code Pomona
+    calls but does not own (a benchmark's own retry loop), so it is no PomonaError."""
+
+
 class EpisodeFailure(PomonaError):
     """An episode cannot go on, for a reason of kind `kind`: the base of the errors the layers
     under the episode engine raise to end an attempt with a typed failure instead of a crash."""

@@ -64,7 +64,7 @@ def test_sigkill_mid_exec_gives_a_clear_error_never_a_second_run(state):
             caller.start()
             poll(
                 lambda: (
-                    state / "store" / "sandboxes" / sb.id / "rootfs" / "workspace" / "runs"
+                    state / "store" / "sandboxes" / sb.id / "upper" / "workspace" / "runs"
                 ).exists(),
                 what="the command starting",
             )

@@ -76,7 +76,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, state_dir: str, ready_harnes
     assert swe.returncode == 0, out
     noop = pomona("run", "--benchmark", "files", "--model", "scripted", "-k", "2", *common)
     out = finish(noop)
-    assert noop.returncode in (0, 1) and "6 episodes recorded" in out, out  # 1: ran, unresolved
+    assert noop.returncode in (0, 1) and "6 attempts recorded" in out, out  # 1: ran, unresolved
     return runs
 
 

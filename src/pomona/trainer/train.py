@@ -5,9 +5,11 @@ on token-level RL samples.
     before, after = policy_gradient_step(model, rl_samples, lr=1e-3)
 
 The policy-gradient step is REINFORCE with the samples' advantages: the loss is
--sum_s A_s * mean over the s's trainable tokens of log pi(token | prefix), so a step raises the
-log-probability of completions with positive advantage and lowers the others. It uses the
-recorded tokens as they are (no re-rendering), which is what keeps it on-policy.
+-sum_s A_s * mean over the s's trainable tokens of log pi(token | prefix), so a small step
+raises sum_s A_s * log pi(s): completions with positive advantage gain log-probability on those
+with negative advantage. Each one alone can move either way (completions that share tokens, such
+as a tool call's markup, share their gradient). It uses the recorded tokens as they are (no
+re-rendering), which is what keeps it on-policy.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from pomona.benchmarks.task import Environment, Score, Task, VerifierError
-from pomona.errors import PomonaError
+from pomona.errors import PomonaError, Signal
 
 WEBVOYAGER = "webvoyager"
 DEFAULT_IMAGES = 15  # evaluation/run_eval.sh's --max_attached_imgs, if it cannot be read
@@ -176,7 +176,7 @@ def webvoyager_tasks(path: str | Path) -> list[Task]:
     ]
 
 
-class _GiveUp(BaseException):  # noqa: N818 - not an error the caller sees: it ends a retry loop
+class _GiveUp(Signal):
     """Raised through auto_eval.py's `while True: try ... except Exception` retry loop, which
     would otherwise retry a failing judge endpoint forever."""
 
