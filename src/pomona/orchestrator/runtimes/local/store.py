@@ -30,7 +30,7 @@ from pomona.orchestrator.linux.statedirs import REGISTRY, hidden_places, registe
 from pomona.orchestrator.linux.syscalls import unmount, wait_loops_released
 
 MIN_STORE = 2**30  # below this the disk is too full to hold a store worth having
-SUBDIRS = ("sandboxes", "snapshots", "masks")
+SUBDIRS = ("sandboxes", "snapshots", "masks", "disks")
 # What the "host" image hides: private and mutable places of the host. Opaque directories in a
 # shared mask layer; whiteouts for single files.
 HOST_MASK_DIRS = (
