@@ -172,7 +172,8 @@ def test_a_malformed_tool_call_is_the_models_text_and_reported(smollm2):
 
 
 def test_a_model_path_that_is_not_a_model_is_refused(tmp_path):
-    from pomona.proxy.local_model import ModelLoadError, implicit_route, locate
+    from pomona.proxy.config import implicit_route
+    from pomona.proxy.local_model import ModelLoadError, locate
 
     (tmp_path / "a.gguf").write_bytes(b"")
     (tmp_path / "b.gguf").write_bytes(b"")

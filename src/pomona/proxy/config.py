@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -180,13 +181,26 @@ class ProxyConfig:
 
     def route(self, model: str) -> ModelRoute | None:
         """The model list's route for `model`, else the one a local model gets without a list
-        (`smollm2`, a model directory or GGUF path: local_model.implicit_route)."""
+        (`smollm2`, a model directory or GGUF path: implicit_route)."""
         found = next((m for m in self.models if m.name == model), None)
         if found is None and model != SCRIPTED:
-            from pomona.proxy.local_model import implicit_route
-
             found = implicit_route(model)
         return found
 
     def model_names(self) -> list[str]:
         return [SCRIPTED, *(m.name for m in self.models)]
+
+
+def implicit_route(model: str) -> ModelRoute | None:
+    """The route a model name gets without a model list: a built-in local model whose wheel is
+    installed, or the path of a model directory or GGUF file (greedy, replies of at most 256
+    tokens; served by local_model.py); None for any other name."""
+    from pomona.proxy.local_model import BUILTIN, PROVIDER  # torch and fastapi only when needed
+
+    if model in BUILTIN:
+        if find_spec(BUILTIN[model][0]) is None:
+            return None
+    elif not (model.endswith(".gguf") or os.sep in model) or not Path(model).expanduser().exists():
+        return None
+    params = {"model": f"{PROVIDER}/{model}", "temperature": 0, "max_tokens": 256}
+    return ModelRoute.from_entry({"model_name": model, "litellm_params": params})

@@ -574,42 +574,24 @@ def loaded(source: str) -> LocalModel:
         return _models[key]
 
 
-def served_route(route: Any) -> Any:
-    """For a `transformers/<model>` route: the equivalent vLLM route to this process's server
-    for that model, started on first use and kept for the process's lifetime.
+def served_params(source: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """For a `transformers/<source>` route named `name`: the LiteLLM params of the equivalent
+    vLLM route to this process's server for that model, started on first use and kept for the
+    process's lifetime.
 
     The route's `temperature` and `max_tokens` are that server's defaults for requests naming
     none (`max_tokens` also caps every reply), so routes to one model can differ (greedy and
     sampled) while sharing one copy of the weights."""
-    from pomona.proxy.config import ModelRoute
-
-    source = _key(route.upstream_model)
-    temperature, max_tokens = (route.params.get(k) for k in _DEFAULTS)
-    key = (source, route.name, temperature, max_tokens)
+    source = _key(source)
+    temperature, max_tokens = (params.get(k) for k in _DEFAULTS)
+    key = (source, name, temperature, max_tokens)
     model = loaded(source)
     with _served_lock:
         if key not in _served:
-            variant = model.variant(
-                name=route.name, temperature=temperature, max_new_tokens=max_tokens
-            )
+            variant = model.variant(name=name, temperature=temperature, max_new_tokens=max_tokens)
             _served[key] = LocalModelServer(variant).start()
         server = _served[key]
-    params = {k: v for k, v in route.params.items() if k not in _DEFAULTS}
-    params.update(model=f"hosted_vllm/{route.name}", api_base=f"{server.url}/v1")
-    params.setdefault("api_key", "local")
-    return ModelRoute(route.name, params, frozenset({"chat"}), True)
-
-
-def implicit_route(model: str) -> Any:
-    """The route a model name gets without a model list: a built-in name whose wheel is
-    installed, or the path of a model directory or GGUF file (greedy, replies of at most 256
-    tokens); None for any other name."""
-    from pomona.proxy.config import ModelRoute
-
-    if model in BUILTIN:
-        if find_spec(BUILTIN[model][0]) is None:
-            return None
-    elif not (model.endswith(".gguf") or os.sep in model) or not Path(model).expanduser().exists():
-        return None
-    params = {"model": f"{PROVIDER}/{model}", "temperature": 0, "max_tokens": 256}
-    return ModelRoute.from_entry({"model_name": model, "litellm_params": params})
+    served = {k: v for k, v in params.items() if k not in _DEFAULTS}
+    served.update(model=f"hosted_vllm/{name}", api_base=f"{server.url}/v1")
+    served.setdefault("api_key", "local")
+    return served

@@ -38,10 +38,14 @@ class ProviderUpstream:
         `transformers/<model dir>` route gets its local model server (local_model.py), a
         translating route imports LiteLLM (seconds)."""
         if call.route.provider == "transformers":
-            from pomona.proxy.local_model import served_route
+            from pomona.proxy.local_model import served_params
 
-            served = await anyio.to_thread.run_sync(served_route, call.route)
-            call.route = dataclasses.replace(served, timeouts=call.route.timeouts)
+            route = call.route
+            params = await anyio.to_thread.run_sync(
+                served_params, route.upstream_model, route.name, route.params
+            )
+            chat = frozenset({"chat"})
+            call.route = dataclasses.replace(route, params=params, dialects=chat, token_ids=True)
         if call.route.path_for(call.dialect.name) != "passthrough":
             from pomona.proxy.translation import import_litellm
 
