@@ -98,6 +98,11 @@ class Unknown(UsageError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NoData(UsageError, FileNotFoundError):
+    """A path the caller gave holds none of what was asked for (no trajectory directory, no
+    exported set, no Orchard parquet)."""
+
+
 class MissingExtra(PomonaError, RuntimeError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pomona.errors import PomonaError
+from pomona.errors import PomonaError, UsageError
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 
@@ -46,18 +46,18 @@ class McpServer:
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
-            raise ValueError(
+            raise UsageError(
                 f"MCP server name {self.name!r}: use 1-48 letters, digits, _ or -, "
                 "starting with a letter (it becomes part of every tool name)"
             )
         if bool(self.command) == bool(self.url):
-            raise ValueError(f"MCP server {self.name!r}: give either a command or a url")
+            raise UsageError(f"MCP server {self.name!r}: give either a command or a url")
         if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"MCP server {self.name!r}: url must be http(s), not {self.url!r}")
+            raise UsageError(f"MCP server {self.name!r}: url must be http(s), not {self.url!r}")
         object.__setattr__(self, "command", tuple(self.command))
         for label, values in (("env", self.env), ("headers", self.headers)):
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
-                raise ValueError(f"MCP server {self.name!r}: {label} must map strings to strings")
+                raise UsageError(f"MCP server {self.name!r}: {label} must map strings to strings")
 
     @property
     def stdio(self) -> bool:
@@ -69,7 +69,7 @@ def check_unique(servers: Iterable[McpServer]) -> tuple[McpServer, ...]:
     names = [s.name for s in chosen]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
-        raise ValueError(f"MCP server names must be unique: {', '.join(duplicated)}")
+        raise UsageError(f"MCP server names must be unique: {', '.join(duplicated)}")
     return chosen
 
 

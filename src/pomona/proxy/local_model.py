@@ -48,7 +48,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from pomona.errors import PomonaError
+from pomona.errors import PomonaError, UsageError
 from pomona.proxy import neutral, toolcall
 from pomona.proxy.appserver import AppServer
 from pomona.proxy.dialects import DIALECTS, Dialect, ToolCall
@@ -357,7 +357,9 @@ class LocalModel:
             messages, tools=tools, add_generation_prompt=prompt, return_dict=True
         )
         if not isinstance(rendered, Mapping):  # return_dict: a BatchEncoding, whatever the hint
-            raise TypeError(f"the chat template rendered a {type(rendered).__name__}, not a dict")
+            raise ModelLoadError(
+                f"the chat template rendered a {type(rendered).__name__}, not a dict"
+            )
         return list(rendered["input_ids"])
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
@@ -367,7 +369,9 @@ class LocalModel:
         """One token sequence decoded (a batch would decode to a list)."""
         decoded = self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
         if not isinstance(decoded, str):
-            raise TypeError(f"the tokenizer decoded one sequence as a {type(decoded).__name__}")
+            raise ModelLoadError(
+                f"the tokenizer decoded one sequence as a {type(decoded).__name__}"
+            )
         return decoded
 
     def generate(
@@ -383,7 +387,7 @@ class LocalModel:
 
         budget = min(max_new_tokens or self.max_new_tokens, self.max_new_tokens)
         if len(prompt_ids) + budget > self.context:
-            raise ValueError(
+            raise UsageError(
                 f"the prompt ({len(prompt_ids)} tokens) plus the reply ({budget} tokens) exceeds "
                 f"the model's context of {self.context} tokens"
             )
@@ -443,7 +447,7 @@ class LocalModel:
         chat = DIALECTS["chat"]
         messages, tools = template_messages(chat, body), template_tools(chat, body)
         if not messages:
-            raise ValueError("messages must be a non-empty list")
+            raise UsageError("messages must be a non-empty list")
         temperature = body.get("temperature")
         gen = self.generate(
             self.prompt_ids(messages, tools),

@@ -19,6 +19,7 @@ from typing import Any
 
 from pomona import trajectories
 from pomona.benchmarks import metrics
+from pomona.errors import NoData
 from pomona.proxy import sse
 from pomona.proxy.dialects import DIALECTS
 from pomona.proxy.local_model import from_neutral, template_messages, template_tools
@@ -212,7 +213,7 @@ def load(
     episodes: list[Episode] = []
     for directory in dirs:
         if not Path(directory).is_dir():
-            raise FileNotFoundError(f"no trajectory directory at {directory}")
+            raise NoData(f"no trajectory directory at {directory}")
         rows = [
             r for r in trajectories.read(directory, "episodes").to_pylist() if filters.accept(r)
         ]

@@ -17,6 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pomona.errors import NoData, UsageError
+
 _CALL = pa.struct(
     [
         pa.field("id", pa.string()),
@@ -103,10 +105,10 @@ def _files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(path.rglob("*.parquet"))
         if not files:
-            raise FileNotFoundError(f"no .parquet files under {path}")
+            raise NoData(f"no .parquet files under {path}")
         return files
     if not path.exists():
-        raise FileNotFoundError(f"no Orchard data at {path}")
+        raise NoData(f"no Orchard data at {path}")
     return [path]
 
 
@@ -119,9 +121,9 @@ def load(path: str | os.PathLike[str], schema: str | None = None) -> list[dict[s
     kind = schema or ("gui" if "images" in names else "swe")
     need = {"swe": {"tools", "messages", "metadata"}, "gui": set(GUI_COLUMNS)}.get(kind)
     if need is None:
-        raise ValueError(f"unknown Orchard schema {kind!r}; expected swe or gui")
+        raise UsageError(f"unknown Orchard schema {kind!r}; expected swe or gui")
     if not need <= names:
-        raise ValueError(
+        raise UsageError(
             f"not Orchard {kind} data: missing columns {sorted(need - names)} in {path}"
         )
     out = []

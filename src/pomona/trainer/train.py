@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pomona.errors import NoData, UsageError
+
 
 @dataclass
 class SFTResult:
@@ -48,7 +50,7 @@ def load_sft_dataset(path: str | os.PathLike[str]) -> Any:
     elif (path / "train.parquet").exists():
         ds = datasets.load_dataset("parquet", data_files=str(path / "train.parquet"), split="train")
     else:
-        raise FileNotFoundError(
+        raise NoData(
             f"no exported SFT set in {path} (train.jsonl, train.parquet or a saved dataset)"
         )
     if "tools" in ds.column_names and not isinstance(ds[0]["tools"], str):
@@ -122,7 +124,7 @@ def sequence_logprob(model: Any, input_ids: Sequence[int], loss_mask: Sequence[i
     logp = torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
     mask = torch.tensor(list(loss_mask[1:]), dtype=logp.dtype)
     if mask.sum() == 0:
-        raise ValueError("the sample has no trainable token")
+        raise UsageError("the sample has no trainable token")
     return (logp * mask).sum() / mask.sum()
 
 

@@ -49,6 +49,7 @@ from transformers import TrainerCallback
 
 from pomona import trajectories
 from pomona.benchmarks.task import Task
+from pomona.errors import Unknown
 from pomona.trainer.bar import Attempt, BalancedRollout, BarConfig
 from pomona.trainer.episodes import Episode, Filters, load, model_view
 
@@ -163,7 +164,7 @@ class RolloutFunc:
     def _task(self, prompt: Any) -> Task:
         text = prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
         if text not in self._by_instruction:
-            raise KeyError(f"no task has the instruction {text[:80]!r}: use prompts(tasks)")
+            raise Unknown(f"no task has the instruction {text[:80]!r}: use prompts(tasks)")
         return self._by_instruction[text]
 
     async def _attempts(self, task: Task, n: int) -> list[Any]:

@@ -19,7 +19,13 @@ from collections.abc import Callable
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from pomona.errors import AuthenticationRequired, PermissionDenied, PomonaError, SandboxNotFound
+from pomona.errors import (
+    AuthenticationRequired,
+    InvalidRequest,
+    PermissionDenied,
+    PomonaError,
+    SandboxNotFound,
+)
 from pomona.orchestrator.runtime import Pty
 from pomona.orchestrator.server.coordinator import Coordinator, Principal
 from pomona.orchestrator.types import ExecRequest
@@ -83,7 +89,7 @@ async def pty_session(
     try:
         init = json.loads(await asyncio.wait_for(websocket.receive_text(), INIT_TIMEOUT))
         if not isinstance(init, dict) or init.get("type") != "init":
-            raise ValueError('the first frame must be {"type": "init", "cmd": [...]}')
+            raise InvalidRequest('the first frame must be {"type": "init", "cmd": [...]}')
         request = ExecRequest(
             command=init.get("cmd") or "bash",
             cwd=init.get("cwd"),
