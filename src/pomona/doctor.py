@@ -338,14 +338,15 @@ def check_local_runtime() -> Check:
     """What Pomona's own local runtime says of this machine (its own requirements, whatever
     they are in this version), from constructing one on a scratch directory."""
     from pomona.errors import PomonaError
-    from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.runtimes.local.runtime import check_machine
 
-    with tempfile.TemporaryDirectory(prefix="pomona-doctor-") as d:
-        try:
-            LocalRuntime(Path(d) / "state")
-        except PomonaError as e:
-            return Check("pomona's local runtime", False, str(e), _fix_from(str(e)))
-    return Check("pomona's local runtime", True, "accepts this machine")
+    rootless = os.geteuid() != 0  # SandboxClient("local") runs it rootless then
+    try:
+        check_machine(rootless)
+    except PomonaError as e:
+        return Check("pomona's local runtime", False, str(e), _fix_from(str(e)))
+    mode = "as an ordinary user (rootless: docs/security.md)" if rootless else "as root"
+    return Check("pomona's local runtime", True, f"accepts this machine, {mode}")
 
 
 def _fix_from(message: str) -> str | None:

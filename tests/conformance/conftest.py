@@ -73,7 +73,12 @@ def state_root() -> Iterator[Path]:
     yield root
 
 
+ROOTLESS = os.geteuid() != 0  # the suite as an ordinary user: test_rootless.py runs it so
+
+
 def _image_for(runtime: str) -> str:
+    if ROOTLESS:  # an ordinary user's local runtime takes OCI images only
+        return os.environ["POMONA_TEST_LOCAL_IMAGE"]
     if runtime in ("local", "http"):
         return "host"
     if runtime == "kubernetes":
@@ -119,7 +124,7 @@ def client(
         assert leftovers.list_sandboxes() == [], "the suite left sandboxes behind"
     finally:
         leftovers.close()
-    if runtime_name == "local":
+    if runtime_name == "local" and not ROOTLESS:  # as an ordinary user no store is mounted
         from pomona.orchestrator.runtimes.local import LocalRuntime
 
         LocalRuntime(state).unmount_store()

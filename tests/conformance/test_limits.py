@@ -57,7 +57,12 @@ CPU_BURN = (
 def test_cpu_limit_caps_cpu_time(client, image):
     """Half a core for 2 s of busy loop allows at most ~1 s of CPU. Load elsewhere can only lower
     what the loop gets, so the bound never flakes; without the limit an idle core gives ~2 s."""
-    with client.create_sandbox(image, cpu=0.5) as sb:
+    try:
+        sb = client.create_sandbox(image, cpu=0.5)
+    except InvalidRequest as e:  # an ordinary user's runtime with no cgroup delegated says so
+        assert "cpu" in str(e).lower()
+        pytest.skip(f"this runtime cannot limit CPU here: {e}")
+    with sb:
         r = sb.exec(CPU_BURN, timeout=60)
         assert r.exit_code == 0, r.stderr
         assert float(r.stdout) < 1.4

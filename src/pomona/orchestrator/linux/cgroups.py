@@ -25,9 +25,11 @@ def is_v2(root: Path = ROOT) -> bool:
 class Cgroup:
     """One sandbox's cgroup: a directory per v1 controller, or one directory on v2."""
 
-    def __init__(self, name: str, group: str = "pomona", root: Path = ROOT):
+    def __init__(self, name: str, group: str = "pomona", root: Path = ROOT, usable: bool = True):
         self.v2 = is_v2(root)
-        if self.v2:
+        if not usable:  # an ordinary user's runtime with no cgroup delegated to it: none at all
+            self.dirs: dict[str, Path] = {}
+        elif self.v2:
             self.dirs = {"unified": root / group / name}
         else:
             self.dirs = {
@@ -38,7 +40,13 @@ class Cgroup:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
+    @property
+    def usable(self) -> bool:
+        return bool(self.dirs)
+
     def create(self, limits: Limits) -> None:
+        if not self.dirs:
+            return
         if self.v2:
             parent = next(iter(self.dirs.values())).parent
             parent.mkdir(exist_ok=True)

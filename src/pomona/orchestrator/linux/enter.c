@@ -1,4 +1,4 @@
-/* pomona-enter GATE FILTER USER MNT UTS IPC NET PID ROOT UID GID DIR PROGRAM [ARG...]
+/* pomona-enter GATE LIMITS FILTER USER MNT UTS IPC NET PID ROOT UID GID DIR PROGRAM [ARG...]
  *
  * How every command gets into a `local` sandbox, in one static binary:
  *   - waits for a byte on the pipe GATE ("-": none) while the orchestrator moves it into the
@@ -8,6 +8,8 @@
  *     it executes the command, no process inside (root included) may read its memory or open
  *     its descriptors through /proc;
  *   - reads the seccomp program from the sealed memfd FILTER and closes it;
+ *   - LIMITS ("-": none) are resource limits for where no cgroup can hold the command (an
+ *     ordinary user's runtime on a machine without cgroup delegation): "nproc=N,as=BYTES";
  *   - enters the namespaces behind the open descriptors MNT UTS IPC NET PID ("-" skips one: NET
  *     in network="full" mode) while it is still the host's root (the sandbox's init made them
  *     in the host's user namespace), which the orchestrator opened from the sandbox's init and
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -86,9 +89,24 @@ static int keep_docker_capabilities(void) {
     return 0;
 }
 
+static int set_limits(const char *limits) {
+    if (strcmp(limits, "-") == 0) return 0;
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", limits);
+    for (char *item = strtok(copy, ","); item; item = strtok(NULL, ",")) {
+        char *value = strchr(item, '=');
+        if (!value) continue;
+        *value++ = 0;
+        struct rlimit limit = {strtoull(value, NULL, 10), strtoull(value, NULL, 10)};
+        int kind = strcmp(item, "nproc") == 0 ? RLIMIT_NPROC : strcmp(item, "as") == 0 ? RLIMIT_AS : -1;
+        if (kind >= 0 && setrlimit(kind, &limit) != 0) return fail("setrlimit", item);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 14) {
-        fprintf(stderr, "usage: pomona-enter GATE FILTER USER MNT UTS IPC NET PID ROOT UID GID DIR PROGRAM [ARG...]\n");
+    if (argc < 15) {
+        fprintf(stderr, "usage: pomona-enter GATE LIMITS FILTER USER MNT UTS IPC NET PID ROOT UID GID DIR PROGRAM [ARG...]\n");
         return 125;
     }
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return fail("PR_SET_DUMPABLE", NULL);
@@ -100,7 +118,8 @@ int main(int argc, char **argv) {
         if (n != 1) return 125; /* the orchestrator died before it let this command in */
         close(gate);
     }
-    argv++, argc--; /* the rest as before the gate */
+    const char *limits = argv[2];
+    argv += 2, argc -= 2; /* the rest as before the gate */
     struct sock_fprog filter;
     int status = read_filter(number(argv[1]), &filter);
     if (status) return status;
@@ -142,6 +161,7 @@ int main(int argc, char **argv) {
         return 128 + sig;
     }
     syscall(SYS_close_range, 3, ~0U, 0);
+    if ((status = set_limits(limits))) return status;
     if (chdir(argv[11]) != 0) return fail("cannot change to", argv[11]);
     execvp(argv[12], argv + 12);
     int code = errno == ENOENT ? 127 : 126;

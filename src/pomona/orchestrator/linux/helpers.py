@@ -18,12 +18,20 @@ import subprocess
 from pathlib import Path
 
 from pomona.errors import RuntimeUnavailable
+from pomona.orchestrator.linux.syscalls import in_user_namespace
 
 SOURCES = {"pomona-init": "init.c", "pomona-enter": "enter.c"}
 
 
+def cache_dir() -> Path:
+    """POMONA_CACHE: /var/cache/pomona as the host's root, else the user's ~/.cache/pomona."""
+    host_root = os.geteuid() == 0 and not in_user_namespace()
+    default = "/var/cache/pomona" if host_root else os.path.expanduser("~/.cache/pomona")
+    return Path(os.environ.get("POMONA_CACHE", default))
+
+
 def build_dir() -> Path:
-    return Path(os.environ.get("POMONA_CACHE", "/var/cache/pomona")) / "bin"
+    return cache_dir() / "bin"
 
 
 @functools.cache

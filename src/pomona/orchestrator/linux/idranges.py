@@ -86,6 +86,8 @@ def note_init(
 ) -> None:
     """Record the sandbox's init in its claim: the range stays held while the init lives,
     whatever becomes of the process that created it."""
+    if base < FIRST:
+        return  # an ordinary user's sandbox: no claim
     path = claims_dir() / str(_index(base))
     staged = path.with_name(f".{path.name}.{os.getpid()}")
     staged.write_bytes(_content(state_dir, sandbox_id, owner, init))
@@ -94,7 +96,9 @@ def note_init(
 
 def release(base: int, state_dir: Path, sandbox_id: str) -> None:
     """Give the range back (once nothing of the sandbox lives), if the claim is still this
-    sandbox's."""
+    sandbox's (an ordinary user's sandboxes claim none: their base is below FIRST)."""
+    if base < FIRST:
+        return
     path = claims_dir() / str(_index(base))
     with contextlib.suppress(OSError, ValueError):
         data = json.loads(path.read_bytes())

@@ -85,10 +85,15 @@ class ImageStore:
         root: str | os.PathLike,
         docker_url: str | None = None,
         sources: ImageSources | None = None,
+        shift: int = 0,
     ):
+        """`shift`: where nothing can be idmapped (an ordinary user's runtime), files are
+        stored owned by their id plus `shift`, the sandboxes' range, and overlayfs reads its
+        metadata from user.* xattrs instead of trusted.* ones."""
         self.root = Path(root)
         self.docker_url = docker_url
         self.sources = sources or ImageSources()
+        self.shift = shift
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def resolve(self, ref: str) -> Image:
@@ -457,7 +462,7 @@ class ImageStore:
         def fill(staging: Path) -> None:
             desc = f"unpacking layer {diff_id.split(':')[-1][:12]}"
             with open_layer() as opened, progress.reading(opened, desc) as raw:
-                _extract_layer(_decompressed(raw), staging)
+                _extract_layer(_decompressed(raw), staging, "user" if self.shift else "trusted")
 
         self._stage(diff_id, fill)
 
@@ -471,11 +476,30 @@ class ImageStore:
         staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
         try:
             fill(staging)
+            if self.shift:
+                shift_owners(staging, self.shift)
             with contextlib.suppress(OSError):  # a concurrent unpack of the same layer won
                 staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target
+
+
+def shift_owners(path: Path, shift: int) -> None:
+    """Every file's owner and group plus `shift` (ids beyond 65535 become the overflow id)."""
+
+    def shift_one(name: str) -> None:
+        st = os.lstat(name)
+        os.lchown(name, _shifted(st.st_uid, shift), _shifted(st.st_gid, shift))
+
+    shift_one(str(path))
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            shift_one(os.path.join(root, name))
+
+
+def _shifted(i: int, shift: int) -> int:
+    return (i if i < 65536 else 65534) + shift
 
 
 def _tree_bytes(path: Path) -> int:
@@ -531,7 +555,7 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def _extract_layer(stream: BinaryReader, dest: Path) -> None:
+def _extract_layer(stream: BinaryReader, dest: Path, xattrs: str = "trusted") -> None:
     """Unpack one layer tar, turning OCI whiteouts into overlayfs ones."""
     opaque: list[Path] = []
     with tarfile.open(fileobj=stream, mode="r|*") as tar:
@@ -554,4 +578,4 @@ def _extract_layer(stream: BinaryReader, dest: Path) -> None:
                     filter="fully_trusted",
                 )
     for d in opaque:
-        os.setxattr(d, "trusted.overlay.opaque", b"y")
+        os.setxattr(d, f"{xattrs}.overlay.opaque", b"y")

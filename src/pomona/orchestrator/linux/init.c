@@ -85,6 +85,9 @@ struct config {
     int go;                       /* "go FD": a byte here, once the orchestrator has moved the
                                    * init into the sandbox's cgroup; EOF: it gave up, or died */
     int own_net;                  /* "net own" (a network namespace of its own) or "net host" */
+    int plain;                    /* "layers plain": in a user namespace of an ordinary user,
+                                   * where nothing can be idmapped (layers are stored shifted) */
+    const char *tmpdisk;          /* "tmpdisk SIZE": the writable layer on a tmpfs of that size */
     const char *lowers[MAX_ITEMS]; /* "lower P", topmost first */
     int n_lowers;
     struct bind binds[MAX_ITEMS]; /* "bind SRC DST ro|rw" */
@@ -138,6 +141,8 @@ static void read_config(struct config *c) {
         else if (!strcmp(key, "seccomp")) c->filter = atoi(next(&cursor, end));
         else if (!strcmp(key, "go")) c->go = atoi(next(&cursor, end));
         else if (!strcmp(key, "net")) c->own_net = !strcmp(next(&cursor, end), "own");
+        else if (!strcmp(key, "layers")) c->plain = !strcmp(next(&cursor, end), "plain");
+        else if (!strcmp(key, "tmpdisk")) c->tmpdisk = next(&cursor, end);
         else if (!strcmp(key, "lower") && c->n_lowers < MAX_ITEMS) c->lowers[c->n_lowers++] = next(&cursor, end);
         else if (!strcmp(key, "bind") && c->n_binds < MAX_ITEMS) {
             struct bind *b = &c->binds[c->n_binds++];
@@ -204,7 +209,7 @@ static void create_as_inside_root(unsigned long base) {
     set_caps(1);
 }
 
-static void loopback_up(void) {
+static void loopback_up(const struct config *c) {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct ifreq ifr = {0};
     strcpy(ifr.ifr_name, "lo");
@@ -215,7 +220,9 @@ static void loopback_up(void) {
     /* what Docker sets in a container's own network namespace: root inside holds no capability
      * over it, so low ports and ICMP echo sockets are opened up for every id instead */
     write_file("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
-    write_file("/proc/sys/net/ipv4/ping_group_range", "0 2147483647");
+    char groups[64]; /* every group the sandbox has (groups this namespace maps, at most) */
+    snprintf(groups, sizeof groups, "0 %lu", c->plain ? c->base + IDS - 1 : 2147483647UL);
+    write_file("/proc/sys/net/ipv4/ping_group_range", groups);
 }
 
 /* -- mounts -------------------------------------------------------------------------------------- */
@@ -231,12 +238,12 @@ static int set_attr(int tree, unsigned long long set, int userns, int recursive)
     return mount_setattr(tree, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof attr);
 }
 
-/* An idmapped copy of a layer (a detached mount: it lives while its fd is open, so the caller
- * keeps it until the overlay is made) and, in *dir, a directory fd on it for fsconfig (which
- * takes no O_PATH descriptor). */
+/* An idmapped copy of a layer (userns -1: a plain copy) as a detached mount, which lives while
+ * its fd is open, so the caller keeps it until the overlay is made; and, in *dir, a directory fd
+ * on it for fsconfig (which takes no O_PATH descriptor). */
 static int idmapped_layer(const char *path, int userns, int required, int *dir) {
     int tree = clone_tree(path, 0);
-    if (set_attr(tree, MOUNT_ATTR_IDMAP, userns, 0) && (required || errno != EINVAL))
+    if (userns >= 0 && set_attr(tree, MOUNT_ATTR_IDMAP, userns, 0) && (required || errno != EINVAL))
         fail("idmapping %s", path);
     /* EINVAL: a filesystem that cannot be idmapped; its files show as the overflow id inside */
     *dir = openat(tree, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -271,9 +278,15 @@ static void attach_loop(const char *image, const char *target) {
 static int mount_root(const struct config *c, int userns) {
     char writable[4096], rootfs[4096];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", c->dir);
-    if (c->disk) {
+    if (c->disk || c->tmpdisk) {
         snprintf(writable, sizeof writable, "%s/disk", c->dir);
-        attach_loop(c->disk, writable);
+        if (c->disk) {
+            attach_loop(c->disk, writable);
+        } else {
+            char options[64];
+            snprintf(options, sizeof options, "size=%s,mode=0755", c->tmpdisk);
+            if (mount("tmpfs", writable, "tmpfs", MS_NOSUID | MS_NODEV, options)) fail("mounting the disk");
+        }
         char sub[4200];
         for (int i = 0; i < 2; i++) {
             snprintf(sub, sizeof sub, "%s/%s", writable, i ? "work" : "upper");
@@ -287,18 +300,22 @@ static int mount_root(const struct config *c, int userns) {
     /* what a snapshot copies: the upper layer as stored (inside ids), not through the idmap */
     int plain_upper = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (plain_upper < 0) fail("opening %s", path);
+    /* the overlay's root is the upper directory's: root inside owns it (through the idmap, or
+     * stored as the inside root's id where nothing is idmapped) */
+    if (c->plain && chown(path, c->base, c->base)) fail("chown %s", path);
     create_as_inside_root(c->base);
     int fs = fsopen("overlay", FSOPEN_CLOEXEC);
     if (fs < 0) fail("fsopen overlay");
     if (fsconfig(fs, FSCONFIG_SET_STRING, "source", "pomona", 0)) fail("overlay source");
     int trees[MAX_ITEMS + 1], dir;
+    if (c->plain && fsconfig(fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0)) fail("overlay userxattr");
     for (int i = 0; i < c->n_lowers; i++) {
-        trees[i] = idmapped_layer(c->lowers[i], userns, 0, &dir);
+        trees[i] = idmapped_layer(c->lowers[i], c->plain ? -1 : userns, 0, &dir);
         if (fsconfig(fs, FSCONFIG_SET_FD, "lowerdir+", NULL, dir)) fail("lower layer %s", c->lowers[i]);
         close(dir);
     }
     /* upper and work share one mount, as overlayfs requires */
-    trees[c->n_lowers] = idmapped_layer(writable, userns, 1, &dir);
+    trees[c->n_lowers] = idmapped_layer(writable, c->plain ? -1 : userns, 1, &dir);
     int upper = openat(dir, "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int work = openat(dir, "work", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (upper < 0 || work < 0) fail("opening %s/upper and work", writable);
@@ -348,7 +365,37 @@ static void real_dir(const char *path) {
     if (mkdir(path, 0755) && errno != EEXIST) fail("mkdir %s", path);
 }
 
-static void mount_dev(unsigned long base) {
+/* The kernel filesystems, made while the host's own are still in view (a user namespace may
+ * only mount a procfs or sysfs where one is fully visible already), attached after the pivot. */
+struct kernel_fs { int proc, sys, nodes[6]; };
+
+static int new_mount(const char *type, unsigned long long attrs) {
+    int fs = fsopen(type, FSOPEN_CLOEXEC);
+    if (fs < 0 || fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0)) return -1;
+    int mnt = fsmount(fs, FSMOUNT_CLOEXEC, attrs);
+    close(fs);
+    return mnt;
+}
+
+static struct kernel_fs make_kernel_filesystems(const struct config *c) {
+    struct kernel_fs k;
+    k.proc = new_mount("proc", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+    if (k.proc < 0) fail("making /proc");
+    const unsigned long long ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    k.sys = new_mount("sysfs", ro);
+    if (k.sys < 0) { /* the host's network namespace, which an ordinary user's cannot mount: */
+        k.sys = clone_tree("/sys", 1); /* its /sys, read-only */
+        if (set_attr(k.sys, ro, -1, 1)) fail("read-only /sys");
+    }
+    for (int i = 0; NODES[i].name; i++) { /* where no node can be made: the host's, bound */
+        char path[64];
+        snprintf(path, sizeof path, "/dev/%s", NODES[i].name);
+        k.nodes[i] = c->plain ? clone_tree(path, 0) : -1;
+    }
+    return k;
+}
+
+static void mount_dev(unsigned long base, const struct kernel_fs *k) {
     char options[128];
     real_dir("/dev");
     snprintf(options, sizeof options, "mode=0755,size=65536k,uid=%lu,gid=%lu", base, base);
@@ -356,6 +403,13 @@ static void mount_dev(unsigned long base) {
     for (int i = 0; NODES[i].name; i++) {
         char path[64];
         snprintf(path, sizeof path, "/dev/%s", NODES[i].name);
+        if (k->nodes[i] >= 0) { /* root inside owns nothing of the host: it cannot chmod it */
+            int file = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+            if (file < 0) fail("creating %s", path);
+            close(file);
+            attach(k->nodes[i], path);
+            continue;
+        }
         if (mknod(path, S_IFCHR | 0666, makedev(NODES[i].major, NODES[i].minor))) fail("mknod %s", path);
         if (chmod(path, 0666)) fail("chmod %s", path); /* past the umask */
     }
@@ -398,12 +452,12 @@ static void mask_kernel_paths(void) {
     }
 }
 
-static void mount_kernel_filesystems(unsigned long base) {
-    mount_dev(base);
+static void mount_kernel_filesystems(unsigned long base, const struct kernel_fs *k) {
+    mount_dev(base, k);
     real_dir("/proc");
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) fail("mounting /proc");
+    attach(k->proc, "/proc");
     real_dir("/sys");
-    if (mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) fail("mounting /sys");
+    attach(k->sys, "/sys");
     mask_kernel_paths();
 }
 
@@ -466,16 +520,17 @@ static void build(const struct config *c, int userns, int filter_fd) {
     dprintf(1, "pid %s\n", self); /* the host's procfs: the host's pid */
     struct sock_fprog filter = read_filter(filter_fd);
     if (c->hostname && sethostname(c->hostname, strlen(c->hostname))) fail("sethostname");
-    if (c->own_net) loopback_up();
+    if (c->own_net) loopback_up(c);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) fail("making mounts private");
     int upper = mount_root(c, userns);
+    struct kernel_fs kernel = make_kernel_filesystems(c);
     int binds[MAX_ITEMS];
     for (int i = 0; i < c->n_binds; i++) { /* host paths: opened before the host's tree goes */
         const struct bind *b = &c->binds[i];
         binds[i] = clone_tree(b->source, 1);
         unsigned long long attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b->read_only ? MOUNT_ATTR_RDONLY : 0);
         if (set_attr(binds[i], attrs, -1, 1)) fail("flags of %s", b->source);
-        if (b->read_only && set_attr(binds[i], MOUNT_ATTR_IDMAP, userns, 1) && errno != EINVAL)
+        if (b->read_only && !c->plain && set_attr(binds[i], MOUNT_ATTR_IDMAP, userns, 1) && errno != EINVAL)
             fail("idmapping %s", b->source);
     }
     char rootfs[4096];
@@ -501,7 +556,7 @@ static void build(const struct config *c, int userns, int filter_fd) {
         attach(binds[i], c->binds[i].target);
     }
     int view = clone_tree("/", 0); /* before anything is mounted over the overlay */
-    mount_kernel_filesystems(c->base);
+    mount_kernel_filesystems(c->base, &kernel);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null < 0) fail("opening /dev/null");
     char byte;
@@ -517,7 +572,41 @@ static void build(const struct config *c, int userns, int filter_fd) {
     reap_forever();
 }
 
-int main(void) {
+/* -- an ordinary user's namespace ------------------------------------------------------------- */
+
+/* `pomona-init hold`: the user namespace the local runtime runs in for an ordinary user (its
+ * uid as 0, its subordinate ids as 1-65536), held while this process lives. It reports "ready",
+ * waits for a byte on stdin once the orchestrator has mapped its ids (newuidmap, newgidmap),
+ * becomes root in it, reports "ok" and sleeps. */
+static int hold_user_namespace(void) {
+    if (unshare(CLONE_NEWUSER)) fail("unshare(CLONE_NEWUSER)");
+    dprintf(1, "ready\n");
+    char byte;
+    if (read(0, &byte, 1) != 1) _exit(1);
+    if (setresgid(0, 0, 0) || setresuid(0, 0, 0)) fail("becoming root in the user namespace");
+    dprintf(1, "ok\n");
+    syscall(SYS_close_range, 0, ~0U, 0);
+    setsid();
+    sigset_t none;
+    sigemptyset(&none);
+    for (;;) sigsuspend(&none);
+}
+
+/* `pomona-init enter PID PROGRAM [ARG...]`: PROGRAM as root in the user namespace PID holds. */
+static int enter_user_namespace(const char *pid, char **argv) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%s/ns/user", pid);
+    int ns = open(path, O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWUSER)) fail("joining the user namespace of %s", pid);
+    if (setgroups(0, NULL) || setresgid(0, 0, 0) || setresuid(0, 0, 0)) fail("becoming root");
+    execvp(argv[0], argv);
+    fail("running %s", argv[0]);
+    return 127;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "hold")) return hold_user_namespace();
+    if (argc > 3 && !strcmp(argv[1], "enter")) return enter_user_namespace(argv[2], argv + 3);
     static struct config config;
     read_config(&config);
     int userns = make_userns(config.base);

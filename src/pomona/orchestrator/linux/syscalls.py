@@ -140,6 +140,13 @@ def processes_naming(directory: Path) -> list[int]:
     return found
 
 
+def in_user_namespace() -> bool:
+    """Whether this process runs in a user namespace other than the host's (an ordinary user's
+    local runtime does: runtimes/local/rootless.py)."""
+    with open("/proc/self/uid_map") as f:
+        return f.read().split() != ["0", "0", "4294967295"]
+
+
 def start_time(pid: int) -> int:
     """A process's start time in clock ticks: with the pid, it names one process for sure."""
     try:

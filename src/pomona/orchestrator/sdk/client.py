@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from pomona.errors import ClientClosed, SandboxFailed
+from pomona.errors import ClientClosed, InvalidRequest, SandboxFailed
 from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.runtimes import make_runtime
 from pomona.orchestrator.service import SandboxService, Service
@@ -220,12 +220,22 @@ class AsyncSandboxClient:
             if base_url:  # a runtime was named: base_url is its engine's (docker, podman)
                 runtime_options["base_url"] = base_url
             runtime = runtime or "local"
-            self._runtime = (
-                make_runtime(runtime, state_dir, **runtime_options)
-                if isinstance(runtime, str)
-                else runtime
-            )
-            self._service = SandboxService(self._runtime)
+            if runtime == "local" and os.geteuid() != 0:  # in a worker, in the user's namespace
+                from pomona.orchestrator.sdk.rootless import RootlessService
+
+                if runtime_options:
+                    raise InvalidRequest(
+                        f"the local runtime as an ordinary user takes no options (given: "
+                        f"{', '.join(sorted(runtime_options))}); only state_dir"
+                    )
+                self._service = RootlessService(state_dir)
+            else:
+                self._runtime = (
+                    make_runtime(runtime, state_dir, **runtime_options)
+                    if isinstance(runtime, str)
+                    else runtime
+                )
+                self._service = SandboxService(self._runtime)
         self._owned: set[str] = set()
         self._started = False
         self.auto_cleanup = auto_cleanup

@@ -12,7 +12,8 @@ a fresh upper: O(1), nothing is copied.
 
 The modules, one concept each: store (the state directory, mounted once for every process that
 shares it), records (a sandbox as stored and as held), build (its layer, its init, its
-teardown), enter (commands into it), snapshots, and runtime (LocalRuntime, the contract).
+teardown), enter (commands into it), snapshots, runtime (LocalRuntime, the contract), and
+rootless (the runtime for an ordinary user: the user's own user namespace and a worker in it).
 """
 
 from pomona.orchestrator.runtimes.local.runtime import LocalRuntime

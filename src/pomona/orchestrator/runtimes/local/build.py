@@ -33,12 +33,15 @@ EXIT_DEADLINE = 10.0  # seconds for a killed init's namespace to empty
 FICLONE = 0x40049409  # ioctl: make the target share the source's blocks
 
 
-def prepare(live: Live, spec: SandboxSpec) -> None:
+def prepare(live: Live, spec: SandboxSpec, plain: bool = False) -> None:
     """The sandbox's writable layer: directories in the store, or, with a disk limit, an ext4
     image of exactly that size (this kernel has no quota support), mounted by the init only in
     the sandbox's own mount namespace."""
     d = live.dir
-    if spec.limits.disk:
+    if spec.limits.disk and plain:  # no loop device for an ordinary user: a tmpfs of that size
+        (d / "disk").mkdir()
+        live.record.disk = True
+    elif spec.limits.disk:
         clone(disk_template(d.parent.parent / "disks", spec.limits.disk), d / "disk.img")
         (d / "disk").mkdir()
         live.record.disk = True
@@ -74,15 +77,17 @@ def clone(source: Path, target: Path) -> None:
             run("cp", "--sparse=always", str(source), str(target))
 
 
-def instructions(live: Live, spec: SandboxSpec, go: int) -> bytes:
+def instructions(live: Live, spec: SandboxSpec, go: int, plain: bool = False) -> bytes:
     """What pomona-init reads on its stdin: NUL-separated words."""
     record, d = live.record, live.dir
     uid = 0 if spec.user == "root" else SANDBOX_UID
     words = ["ids", str(record.ids), "dir", str(d), "seccomp", str(seccomp.shared_fd())]
     words += ["go", str(go), "hostname", record.id[:63]]
     words += ["net", "host" if spec.network == NetworkMode.full else "own"]
+    if plain:
+        words += ["layers", "plain"]
     if record.disk:
-        words += ["disk", str(d / "disk.img")]
+        words += ["tmpdisk", str(spec.limits.disk)] if plain else ["disk", str(d / "disk.img")]
     for lower in record.lowers:
         words += ["lower", lower]
     dirs = (("/tmp", "1777", -1), (spec.workdir, "755", uid), (SANDBOX_HOME, "755", uid))
@@ -96,12 +101,12 @@ def instructions(live: Live, spec: SandboxSpec, go: int) -> bytes:
     return b"".join(w.encode() + b"\0" for w in words)
 
 
-def start_init(live: Live, spec: SandboxSpec, state_dir: Path) -> None:
+def start_init(live: Live, spec: SandboxSpec, state_dir: Path, plain: bool = False) -> None:
     """Start pomona-init and see it through to a ready sandbox (or raise, saying why)."""
     go_read, go_write = os.pipe()
     config = os.memfd_create("pomona-init-instructions")
     try:
-        os.write(config, instructions(live, spec, go_read))
+        os.write(config, instructions(live, spec, go_read, plain))
         os.lseek(config, 0, os.SEEK_SET)
         # a clean environment: the orchestrator's (API keys, tokens) must not reach the sandbox
         live.process = subprocess.Popen(

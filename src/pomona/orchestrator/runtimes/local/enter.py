@@ -40,6 +40,16 @@ def namespaces(live: Live, names: tuple[str, ...]) -> Iterator[dict[str, int]]:
             os.close(fd)
 
 
+def rlimits(live: Live) -> str:
+    """The limits pomona-enter sets where no cgroup holds the command: the process count per
+    user of the sandbox (its user namespace is its own, so that is the sandbox's count) and
+    each process's address space. CPU is not limited there."""
+    limits = live.record.sandbox_spec.limits
+    words = [f"nproc={limits.pids}"] if limits.pids else []
+    words += [f"as={limits.memory}"] if limits.memory else []
+    return ",".join(words) or "-"
+
+
 def spawn(
     live: Live,
     request: ExecRequest,
@@ -75,6 +85,7 @@ def spawn(
         argv = [
             helper("pomona-enter"),
             "-",  # the gate, set by _start
+            "-" if live.cgroup.usable else rlimits(live),
             str(seccomp.shared_fd()),
             *(str(fds.get(ns, "-")) for ns in NAMESPACES),
             str(fds["root"]),
@@ -113,7 +124,7 @@ def _start(
             preexec_fn=execution.pty_preexec(join),
         )
     gate_r, gate_w = os.pipe()
-    argv[1] = str(gate_r)
+    argv[1] = str(gate_r)  # argv[2]: the limits
     try:
         proc = subprocess.Popen(
             argv,

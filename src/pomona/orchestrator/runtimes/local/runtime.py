@@ -22,12 +22,13 @@ from pomona.errors import (
 )
 from pomona.orchestrator.linux import idranges, seccomp
 from pomona.orchestrator.linux.cgroups import Cgroup
-from pomona.orchestrator.linux.helpers import helper
+from pomona.orchestrator.linux.helpers import cache_dir, helper
 from pomona.orchestrator.linux.images import Image, ImageStore
 from pomona.orchestrator.linux.netns import Gateway, open_connection_in
 from pomona.orchestrator.linux.syscalls import alive, open_in_root, start_time
 from pomona.orchestrator.runtimes import execution
 from pomona.orchestrator.runtimes.local import build, snapshots
+from pomona.orchestrator.runtimes.local import rootless as rootless_mode
 from pomona.orchestrator.runtimes.local.enter import DEFAULT_PATH, namespaces, spawn
 from pomona.orchestrator.runtimes.local.records import Live, Record
 from pomona.orchestrator.runtimes.local.store import Store
@@ -56,9 +57,17 @@ class LocalRuntime:
         sources: ImageSources | None = None,
     ):
         self.root = Path(state_dir).absolute()
-        self.store = Store(self.root, store_size)
+        # an ordinary user's runtime runs as root of a user namespace of its own (rootless.py)
+        self.rootless = rootless_mode.in_user_namespace()
+        self.store = Store(self.root, store_size, plain=self.rootless)
         self.state = self.store.state
-        self.images = images or ImageStore(self.state / "images", sources=sources)
+        # as an ordinary user, layers unpacked with owners shifted into the user's ids are the
+        # same for every state dir of the user's: one cache for them all
+        self.images = images or (
+            ImageStore(cache_dir() / "layer-cache", sources=sources, shift=1)
+            if self.rootless
+            else ImageStore(self.state / "images", sources=sources)
+        )
         self.cgroup_group = (
             f"{cgroup_group}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:10]}"
         )
@@ -67,18 +76,13 @@ class LocalRuntime:
         self._check_machine()
 
     def _check_machine(self) -> None:
-        missing = [b for b in ("mkfs.ext4", "mkfs.xfs", "cp") if not shutil.which(b)]
-        if missing:
-            raise RuntimeUnavailable(
-                f"the local runtime needs {', '.join(missing)}; run ./dev setup"
-            )
         if os.geteuid() != 0:
             raise RuntimeUnavailable(
-                "the local runtime needs root (it mounts overlays and cgroups)"
+                "LocalRuntime runs as root, or as root of an ordinary user's namespace; as "
+                "an ordinary user, SandboxClient('local') starts it there (runtimes/local/"
+                "rootless.py)"
             )
-        for name in ("pomona-init", "pomona-enter"):
-            helper(name)  # built once per machine; says what is missing if it cannot be
-        seccomp.shared_fd()
+        check_machine(self.rootless)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -131,7 +135,8 @@ class LocalRuntime:
     def _live(self, record: Record | None, directory: Path) -> Live:
         """What this process holds of a sandbox (of a stand-in record, for one unreadable)."""
         record = record or Record(id=directory.name, spec={}, created_at=0, lowers=[], image_env={})
-        return Live(record, directory, Cgroup(record.id, self.cgroup_group))
+        cgroup = Cgroup(record.id, self.cgroup_group, usable=not self.rootless)
+        return Live(record, directory, cgroup)
 
     # -- create and delete --------------------------------------------------------------------
 
@@ -140,6 +145,11 @@ class LocalRuntime:
     ) -> SandboxInfo:
         if sandbox_id in self.sandboxes:
             raise SandboxConflict(f"sandbox {sandbox_id!r} already exists")
+        if self.rootless and spec.limits.cpu:
+            raise InvalidRequest(
+                "limits.cpu needs a cgroup, and none is delegated to this user on this machine "
+                "(the local runtime as an ordinary user: docs/security.md); create without cpu="
+            )
         store = os.statvfs(self.state)
         if spec.limits.disk and spec.limits.disk > store.f_blocks * store.f_frsize:
             raise InvalidRequest(
@@ -195,6 +205,12 @@ class LocalRuntime:
 
     async def _image(self, ref: str) -> Image:
         if ref == "host":
+            if self.rootless:
+                raise InvalidRequest(
+                    'image="host" needs the local runtime as root: as an ordinary user, '
+                    "overlayfs cannot stack the host's root (a user namespace may not reveal "
+                    "what its mounts cover); give an OCI image or a SIF file"
+                )
             mask = await asyncio.to_thread(self.store.host_mask, self.root)
             return Image(ref="host", layers=[str(mask), "/"], env={"PATH": DEFAULT_PATH})
         return await self.images.resolve(ref)
@@ -203,11 +219,13 @@ class LocalRuntime:
         """Everything a create does that blocks: the id range, the writable layer, the cgroup,
         the init."""
         record = live.record
-        record.ids = idranges.claim(self.root, record.id, self.me)
+        # as an ordinary user, every sandbox has the user's subordinate ids (the namespace's
+        # 1-65536); as root, a host range of its own
+        record.ids = 1 if self.rootless else idranges.claim(self.root, record.id, self.me)
         live.save()
-        build.prepare(live, spec)
+        build.prepare(live, spec, self.rootless)
         live.cgroup.create(spec.limits)
-        build.start_init(live, spec, self.root)
+        build.start_init(live, spec, self.root, self.rootless)
         record.shell = "/bin/bash" if self._exists(live, "/bin/bash") else "/bin/sh"
 
     @staticmethod
@@ -364,3 +382,20 @@ class LocalRuntime:
         live = self._get(sandbox_id)
         with namespaces(live, ("net",)) as fds:
             return await open_connection_in(f"/proc/self/fd/{fds['net']}", port)
+
+
+def check_machine(rootless: bool) -> None:
+    """What the local runtime needs of this machine, as root or (`rootless`) as an ordinary
+    user; raises RuntimeUnavailable naming what is missing and what installs it."""
+    tools: tuple[str, ...] = ("cp",) if rootless else ("mkfs.ext4", "mkfs.xfs", "cp")
+    the_user = rootless and not rootless_mode.in_user_namespace()  # before its namespace exists
+    if the_user:
+        tools += ("newuidmap", "newgidmap")
+    missing = [b for b in tools if not shutil.which(b)]
+    if missing:
+        raise RuntimeUnavailable(f"the local runtime needs {', '.join(missing)}; run ./dev setup")
+    if the_user:
+        rootless_mode.subordinate("uid"), rootless_mode.subordinate("gid")
+    for name in ("pomona-init", "pomona-enter"):
+        helper(name)  # built once per machine; says what is missing if it cannot be
+    seccomp.shared_fd()

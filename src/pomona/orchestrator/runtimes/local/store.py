@@ -71,27 +71,35 @@ def run(*argv: str) -> None:
         )
 
 
-def private_dir(path: Path) -> None:
+def private_dir(path: Path, plain: bool = False) -> None:
     """A directory only the host's root may enter: 0700 and owned by an id no sandbox maps,
-    so root inside a sandbox that can see it (the `host` image) cannot open it either."""
+    so root inside a sandbox that can see it (the `host` image) cannot open it either. In an
+    ordinary user's namespace (`plain`), the user's own 0700 directory: no sandbox id is the
+    user's."""
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o700)
-    os.chown(path, OUTSIDE, 0)
+    if not plain:
+        os.chown(path, OUTSIDE, 0)
 
 
 class Store:
-    def __init__(self, root: Path, size: int):
+    """The state store; `plain`: a directory of the user's, in an ordinary user's namespace,
+    where no filesystem can be mounted from a loop file (runtimes/local/rootless.py)."""
+
+    def __init__(self, root: Path, size: int, plain: bool = False):
         self.root = root
         self.state = root / "store"
         self.image = root / "store.xfs"
         self.size = size
+        self.plain = plain
         self._lock: int | None = None  # the shared flock on `lock` while this process uses it
 
     def open(self) -> None:
         """Make and mount the store if no process has, and hold it for as long as this one
         uses it. A failure leaves nothing mounted that was not mounted before."""
-        private_dir(self.root)
-        register(self.root)
+        private_dir(self.root, self.plain)
+        if not self.plain:
+            register(self.root)
         if self._lock is None:
             lock = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fcntl.flock(lock, fcntl.LOCK_SH)  # waits while `pomona gc` or a close releases it
@@ -99,13 +107,13 @@ class Store:
         try:
             with self._exclusive("mount.lock"):
                 self.state.mkdir(exist_ok=True)
-                if not os.path.ismount(self.state):
+                if not self.plain and not os.path.ismount(self.state):
                     if not self.image.exists():
                         self._make_image()
                     run("mount", "-o", "loop,nosuid,nodev", str(self.image), str(self.state))
-                private_dir(self.state)
+                private_dir(self.state, self.plain)
                 for sub in SUBDIRS:
-                    private_dir(self.state / sub)
+                    private_dir(self.state / sub, self.plain)
         except BaseException:
             self.close()
             raise
@@ -153,7 +161,7 @@ class Store:
             if not (sandboxes.is_dir() and any(sandboxes.iterdir())):
                 with contextlib.suppress(BlockingIOError):
                     fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else uses it
-                    self.unmount(cgroup_group)
+                    self.unmount(cgroup_group)  # (rootless: the client ends the namespace)
         finally:
             os.close(self._lock)
             self._lock = None
@@ -161,7 +169,7 @@ class Store:
     def unmount(self, cgroup_group: str | None = None) -> None:
         """Remove the state's own mount (after every sandbox is gone), e.g. at the end of
         tests; the loop device goes with the last unmount, which this waits for."""
-        if not self.root.is_dir():
+        if self.plain or not self.root.is_dir():
             return
         with self._exclusive("mount.lock"):
             if os.path.ismount(self.state):
