@@ -113,18 +113,37 @@ def tiny_model(session_dir: Path) -> Path:
     return out
 
 
+def with_template(model: Path, out: Path, template: str) -> Path:
+    """A copy of `model` whose tokenizer has `template` as its chat template."""
+    shutil.copytree(model, out)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    (out / "chat_template.jinja").write_text(template)
+    return out
+
+
 @pytest.fixture(scope="session")
 def drop_think_model(tiny_model: Path, session_dir: Path) -> Path:
     """The same weights behind a chat template that does not round-trip (tiny.DROP_THINK)."""
     from pomona.trainer.tiny import DROP_THINK
 
-    out = session_dir / "tiny-drop-think"
-    shutil.copytree(tiny_model, out)
-    config = json.loads((out / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(config))
-    (out / "chat_template.jinja").write_text(DROP_THINK)
-    return out
+    return with_template(tiny_model, session_dir / "tiny-drop-think", DROP_THINK)
+
+
+# Hermes- and Qwen2.5-style templates put tool-call arguments through `| tojson` whatever they
+# are: a JSON string comes out encoded a second time
+VERBATIM = "{%- if fn.arguments is string %} {{ fn.arguments }}{%- else %} {{ fn.arguments | tojson }}{%- endif %}"  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tojson_model(tiny_model: Path, session_dir: Path) -> Path:
+    """The same weights behind a Hermes-style template: arguments always through `| tojson`."""
+    from pomona.trainer.tiny import ROUND_TRIP
+
+    template = ROUND_TRIP.replace(VERBATIM, " {{ fn.arguments | tojson }}")
+    assert template != ROUND_TRIP
+    return with_template(tiny_model, session_dir / "tiny-tojson", template)
 
 
 @pytest.fixture(scope="session")
@@ -167,6 +186,17 @@ def recorded(gym_state: str, session_dir: Path) -> Path:
                 assert records[0].failure_kind == "none", records[0].failure_message
 
         asyncio.run(record())
+    return runs
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tiny_model: Path, session_dir: Path) -> Path:
+    """Two attempts at one task by the tiny model: one conversation of two calls (reward 1), and
+    one whose history is replaced after two calls (compaction: two branches; reward 0)."""
+    runs = session_dir / "tiny-runs"
+    sdk_episode(tiny_model, runs, [tool_conversation("ls")[:2]], reward=1.0)
+    sdk_episode(tiny_model, runs, [tool_conversation("ls")[:2], tool_conversation("pwd")[:2]],
+                reward=0.0)  # fmt: skip
     return runs
 
 

@@ -4,7 +4,6 @@ labels): which tokens it would train."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import datasets
@@ -12,29 +11,12 @@ import pytest
 from conftest import two_turn_episode
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pomona.trainer import tiny
 from pomona.trainer.episodes import Filters, load
 from pomona.trainer.export import export
 
 pytestmark = pytest.mark.timeout(900)
 
-# Hermes- and Qwen2.5-style templates put tool-call arguments through `| tojson` whatever they
-# are: a JSON string comes out encoded a second time
-VERBATIM = "{%- if fn.arguments is string %} {{ fn.arguments }}{%- else %} {{ fn.arguments | tojson }}{%- endif %}"  # fmt: skip
-TOJSON = tiny.ROUND_TRIP.replace(VERBATIM, " {{ fn.arguments | tojson }}")
 CHAT = Filters(harness=["pi", "mini-swe-agent"])  # Claude Code's system prompt alone is ~15k tokens
-
-
-@pytest.fixture(scope="module")
-def tojson_model(tiny_model: Path, tmp_path_factory) -> Path:
-    assert TOJSON != tiny.ROUND_TRIP
-    out = tmp_path_factory.mktemp("tojson") / "model"
-    shutil.copytree(tiny_model, out)
-    config = json.loads((out / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(config))
-    (out / "chat_template.jinja").write_text(TOJSON)
-    return out
 
 
 def prepared(path: Path, model: Path, tmp_path: Path) -> tuple[datasets.Dataset, object]:

@@ -6,15 +6,15 @@
   format   sft                                   rl
   hf       datasets.save_to_disk: messages,      save_to_disk: input_ids, loss_mask, logprobs,
            tools (JSON text), episode columns    reward, advantage, rule, drift, ...
-  trl      train.jsonl, TRL's conversational     train.jsonl, TRL's conversational prompt /
-           language-modelling type               completion (+ label, reward, advantage)
-  verl     train.parquet: messages, tools        train.parquet: verl's RL columns (data_source,
-           (its multi-turn SFT dataset)          prompt, ability, reward_model, extra_info) and its
-                                                 batch keys (input_ids, attention_mask, prompts,
-                                                 responses, response_mask, rollout_log_probs,
-                                                 token_level_scores, advantages)
-  slime    train.jsonl: messages, tools, label   train.jsonl: slime Sample dicts (tokens,
-                                                 response_length, loss_mask, rollout_log_probs)
+  trl      train.jsonl, TRL's conversational     train.jsonl, one row per call: TRL's
+           language-modelling type               conversational prompt / completion
+  verl     train.parquet: messages, tools        train.parquet: what RLHFDataset reads (data_source,
+           (its MultiTurnSFTDataset)             prompt, ability, reward_model with the numeric
+                                                 reward, extra_info) and, in extra_info.agent_loop,
+                                                 the fields of verl's AgentLoopOutput
+  slime    train.jsonl: messages, tools, label   train.jsonl and rollout_data/0.pt: slime `Sample`
+                                                 dicts (tokens, response text, response_length,
+                                                 loss_mask, rollout_log_probs, int group_index)
   orchard  train.parquet in the Orchard          (refused: Orchard's schema holds conversations)
            dataset's `swe` schema
 
@@ -65,10 +65,6 @@ def _meta(ep: Episode) -> dict[str, Any]:
         "resolved": ep.resolved,
         "verify_status": "resolved" if ep.resolved else "unresolved",
     }
-
-
-def _first_assistant(messages: list[dict]) -> int:
-    return next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
 
 
 # --- sft ----------------------------------------------------------------------------------------
@@ -146,7 +142,10 @@ class RLSample:
     sample: TokenSample
     advantage: float | None
     index: int
-    group: str
+    group: str  # the task: attempts at it form a group
+    group_index: int  # the task's number in this export
+    rollout: int  # the episode's number in this export (its branches share it)
+    prompt: list[dict[str, Any]]  # the messages the branch's first call was shown
 
 
 def rl_samples(
@@ -157,54 +156,95 @@ def rl_samples(
     drop_zero_variance: bool = False,
 ) -> list[RLSample]:
     """Samples of every episode, each with its episode's group-normalised advantage (attempts at
-    the same task form a group; None where the group does not vary)."""
+    the same task form a group; None where the group does not vary), a group's samples next to
+    each other (trainers that reshape rewards by group size read them so)."""
     advantage = episode_advantages(episodes)
-    out: list[RLSample] = []
+    tasks: dict[str, int] = {}
     for ep in episodes:
+        tasks.setdefault(ep.task, len(tasks))
+    out: list[RLSample] = []
+    rollouts = 0
+    for ep in sorted(episodes, key=lambda e: tasks[e.task]):
         if drop_zero_variance and advantage.get(ep.key) is None:
             continue
+        turns = {t.sequence: t for t in ep.turns}
         for s in samples(ep, tokenizer, discount=discount):
             s.set_advantage(advantage.get(ep.key))
-            out.append(RLSample(s, advantage.get(ep.key), len(out), ep.task))
+            prompt = [graphs.with_object_arguments(m) for m in turns[s.turns[0]].messages]
+            out.append(RLSample(s, advantage.get(ep.key), len(out), ep.task, tasks[ep.task],
+                                rollouts, prompt))  # fmt: skip
+        rollouts += 1
     return out
 
 
-def _slime(r: RLSample) -> dict[str, Any]:
-    s, p = r.sample, r.sample.prompt_length
+def _response_start(s: TokenSample) -> int:
+    """Where the response begins: after the prompt of the branch's first call (its completion's
+    start), so prompt + response is the sample and every later call's prompt is response."""
+    return s.spans[0][1] if s.spans else s.prompt_length
+
+
+def _response_text(s: TokenSample, tokenizer: Any) -> str:
+    """The response as text: its tokens decoded where a tokenizer is given, else the messages
+    after the prompt (replies as the upstream returned them, tool output as the harness sent)."""
+    start = _response_start(s)
+    if tokenizer is not None:
+        return str(tokenizer.decode(s.input_ids[start:]))
+    prompt = next((i for i, m in enumerate(s.messages) if m.get("role") == "assistant"), 0)
+    parts = []
+    for m in s.messages[prompt:]:
+        parts.append(str(m.get("content") or ""))
+        parts.extend(json.dumps({"name": c["function"]["name"],
+                                 "arguments": graphs.arguments_object(c["function"].get("arguments"))})
+                     for c in m.get("tool_calls") or [])  # fmt: skip
+    return "\n".join(p for p in parts if p)
+
+
+def _slime(r: RLSample, tokenizer: Any) -> dict[str, Any]:
+    """slime's `Sample` (slime/utils/types.py), as `Sample.to_dict` writes it. The branches of
+    one episode share a `rollout_id` (slime's rule for a rollout split into several samples);
+    `group_index` numbers the task, `index` the sample."""
+    s, p = r.sample, _response_start(r.sample)
     status = "completed" if s.metadata.get("failure_kind") in (None, "none") else "aborted"
     return {
-        "group_index": r.group, "index": r.index, "prompt": s.messages[: _first_assistant(s.messages)],
-        "tokens": s.input_ids, "response": "", "response_length": s.response_length,
+        "group_index": r.group_index, "index": r.index, "rollout_id": r.rollout,
+        "prompt": r.prompt, "tokens": s.input_ids,
+        "response": _response_text(s, tokenizer), "response_length": len(s.input_ids) - p,
         "label": "resolved" if s.metadata.get("resolved") else "unresolved", "reward": s.reward,
         "loss_mask": s.loss_mask[p:], "rollout_log_probs": None if s.logprobs is None else s.logprobs[p:],
         "status": status, "metadata": {**s.metadata, "episode": s.episode, "task": s.task,
-                                       "rule": s.rule, "tokens": s.tokens, "drift": s.drift,
-                                       "advantage": r.advantage},
+                                       "branch": s.branch, "calls": s.turns, "rule": s.rule, "tokens": s.tokens,
+                                       "drift": s.drift, "advantage": r.advantage,
+                                       "response_text": "decoded" if tokenizer is not None else "messages"},
     }  # fmt: skip
 
 
+def _write_slime_rollout(rows: list[dict[str, Any]], path: Path) -> None:
+    """The rows as slime saves a rollout (`--save-debug-rollout-data`) and trains on one again
+    without generating (`--load-debug-rollout-data PATH`): torch.save of {rollout_id, samples}."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"rollout_id": 0, "samples": rows}, path)
+
+
 def _verl(r: RLSample) -> dict[str, Any]:
-    s, p = r.sample, r.sample.prompt_length
-    response_mask = s.loss_mask[p:]
-    scores = [0.0] * len(response_mask)
-    last = max((i for i, m in enumerate(response_mask) if m), default=None)
-    if last is not None and s.reward is not None:
-        scores[last] = s.reward
-    prompt = [
-        {"role": m["role"], "content": m["content"]}
-        for m in s.messages[: _first_assistant(s.messages)]
-    ]
+    """verl's RL row (what RLHFDataset reads: data_source, prompt, ability, reward_model,
+    extra_info) with the recorded trajectory in `extra_info["agent_loop"]`: the fields of verl's
+    AgentLoopOutput (prompt_ids, response_ids, response_mask, response_logprobs, reward_score),
+    which `pomona.trainer.verl_agent_loop.RecordedAgentLoop` hands to verl as they are."""
+    s, p = r.sample, _response_start(r.sample)
+    reward = None if s.reward is None else float(s.reward)
     return {
-        "data_source": s.metadata.get("benchmark") or "pomona", "prompt": prompt, "ability": "agent",
-        "reward_model": {"style": "rule", "ground_truth": "resolved" if s.metadata.get("resolved") else "unresolved"},
+        "data_source": s.metadata.get("benchmark") or "pomona", "prompt": r.prompt,
+        "ability": "agent", "reward_model": {"style": "rule", "ground_truth": reward},
         "extra_info": {"index": r.index, "uid": r.group, "episode": s.episode, "task": s.task,
-                       "harness": s.metadata.get("harness"), "model": s.metadata.get("model"),
-                       "rule": s.rule, "tokens": s.tokens, "drift": s.drift},
-        "input_ids": s.input_ids, "attention_mask": [1] * len(s.input_ids),
-        "prompts": s.input_ids[:p], "responses": s.input_ids[p:], "response_mask": response_mask,
-        "rollout_log_probs": None if s.logprobs is None else s.logprobs[p:],
-        "token_level_scores": scores, "reward": s.reward,
-        "advantages": None if r.advantage is None else [r.advantage * m for m in response_mask],
+                       "branch": s.branch, "calls": s.turns, "harness": s.metadata.get("harness"),
+                       "model": s.metadata.get("model"), "rule": s.rule, "tokens": s.tokens,
+                       "drift": s.drift, "reward": reward, "advantage": r.advantage,
+                       "agent_loop": {"prompt_ids": s.input_ids[:p], "response_ids": s.input_ids[p:],
+                                      "response_mask": s.loss_mask[p:],
+                                      "response_logprobs": None if s.logprobs is None else s.logprobs[p:],
+                                      "reward_score": reward, "num_turns": len(s.messages)}},
     }  # fmt: skip
 
 
@@ -253,7 +293,7 @@ def episode_advantages(episodes: list[Episode]) -> dict[str, float | None]:
     return advantage
 
 
-def write_rl(items: list[RLSample], fmt: str, out: Path) -> None:
+def write_rl(items: list[RLSample], fmt: str, out: Path, tokenizer: Any = None) -> None:
     """Token samples in `fmt` (trl's rows are conversational: `trl_rows`)."""
     if fmt == "orchard":
         raise graphs.TrainingDataError(
@@ -267,7 +307,9 @@ def write_rl(items: list[RLSample], fmt: str, out: Path) -> None:
     elif fmt == "verl":
         _write_parquet([_verl(r) for r in items], out / "train.parquet")
     elif fmt == "slime":
-        _write_jsonl((_slime(r) for r in items), out / "train.jsonl")
+        rows = [_slime(r, tokenizer) for r in items]
+        _write_jsonl(rows, out / "train.jsonl")
+        _write_slime_rollout(rows, out / "rollout_data" / "0.pt")
     else:
         raise graphs.TrainingDataError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
@@ -316,7 +358,7 @@ def export(
         items = rl_samples(
             episodes, tokenizer, discount=discount, drop_zero_variance=drop_zero_variance
         )
-        write_rl(items, fmt, out)
+        write_rl(items, fmt, out, tokenizer)
         n = len(items)
         counts = {
             "rules": dict(Counter(r.sample.rule for r in items)),
