@@ -4,7 +4,8 @@ Same image (the suite's Debian image as a `docker save` archive), same measureme
 perf/sandbox_bench.py's sequential rows and its snapshot/fork row: creates one at a time, exec
 `true`, a 200 MB workspace snapshotted and forked 8 times. As root the runtime is in-process;
 as the user (the suite's rootless user, tests/conformance/test_rootless.py, run through setpriv)
-the SDK talks to its worker over loopback HTTP, so each call also crosses the REST API. The
+the SDK talks to its worker over loopback HTTP, so each call also crosses the REST API; the
+"user, no worker" rows run the same in-process in the user's namespace, without that hop. The
 first create of each unpacks the image (once per state directory as root, once per user
 rootless); it is left out of the figures.
 
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -44,14 +46,31 @@ async def figures(state: str, image: str, count: int) -> dict:
     }
 
 
-def as_the_user(image: str, count: int) -> dict:
+def in_the_namespace(state: str, count: int) -> dict:
+    """The user's half without the worker: this script, in-process, as root of the user's
+    namespace (what the worker runs), so the REST hop's share of the figures shows."""
+    from pomona.orchestrator.linux.helpers import helper
+    from pomona.orchestrator.runtimes.local import rootless
+
+    root = Path(state)
+    pid = rootless.hold(root)
+    try:
+        argv = [helper("pomona-init"), "enter", str(pid), sys.executable, __file__]
+        argv += ["--measure", state, "--count", str(count)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.splitlines()[-1])
+    finally:
+        rootless.release(root)
+
+
+def as_the_user(image: str, count: int, how: str) -> dict:
     from tests.conformance.test_rootless import _run_as, _user
 
     user = _user()
     tmp = Path(tempfile.mkdtemp(prefix="pomona-rootless-bench-", dir="/tmp"))
     os.chown(tmp, user.pw_uid, user.pw_gid)
     try:
-        argv = [sys.executable, __file__, "--measure", str(tmp / "state"), "--count", str(count)]
+        argv = [sys.executable, __file__, how, str(tmp / "state"), "--count", str(count)]
         done = _run_as(user.pw_uid, user.pw_gid, {"HOME": user.pw_dir, "TMPDIR": str(tmp)}, argv)
         if done.returncode:
             raise SystemExit(f"the rootless run failed:\n{done.stderr[-3000:]}")
@@ -64,7 +83,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the user's half: prints JSON
+    parser.add_argument("--in-namespace", help=argparse.SUPPRESS)  # the same, without the worker
     args = parser.parse_args()
+    if args.in_namespace:
+        print(json.dumps(in_the_namespace(args.in_namespace, args.count)))
+        return
     from tests.conformance.test_rootless import _image_archive
 
     image = f"docker-archive:{_image_archive()}"
@@ -76,18 +99,19 @@ def main() -> None:
     from pomona.orchestrator.runtimes.local import LocalRuntime
 
     LocalRuntime(f"{state}/local").unmount_store()
-    columns["ordinary user"] = as_the_user(image, args.count)
+    columns["ordinary user"] = as_the_user(image, args.count, "--measure")
+    columns["user, no worker"] = as_the_user(image, args.count, "--in-namespace")
     print(f"\nlocal runtime, Debian image, load {os.getloadavg()[0]:.1f} at the end\n")
-    print("what                                  | p50 ms | p90 ms | p99 ms")
+    print("what".ljust(42), "| p50 ms | p90 ms | p99 ms")
     for name, f in columns.items():
         for what, values in (
             (f"create, sequential x{len(f['creates'])}", f["creates"]),
             (f"exec `true`, sequential x{len(f['execs'])}", f["execs"]),
         ):
             row = [ms(pct(values, p)) for p in (50, 90, 99)]
-            print(f"{name}: {what}".ljust(38), "|", " | ".join(v.ljust(6) for v in row))
+            print(f"{name}: {what}".ljust(42), "|", " | ".join(v.ljust(6) for v in row))
         print(
-            f"{name}: snapshot 200 MB / fork(8)".ljust(38),
+            f"{name}: snapshot 200 MB / fork(8)".ljust(42),
             f"| {ms(f['snapshot'])} / {ms(f['fork'])} (first exec in all 8: {ms(f['first_exec'])})",
         )
 
