@@ -51,6 +51,7 @@ class RunResult:
     benchmark: str = ""
     k: int = 1
     lines: list[str] = field(default_factory=list)  # what the benchmark wrote after the run
+    unavailable: dict[str, str] = field(default_factory=dict)  # task -> why it cannot run here
 
 
 def in_image(tasks: list[Task], image: str | None, runtime: str) -> list[Task]:
@@ -98,12 +99,39 @@ def choose_tasks(
     benchmark: str, run_id: str, trajectories: Path, swe_model: str, task_ids: list[str] | None
 ) -> list[Task]:
     """The benchmark's tasks a run plays (`task_ids`: only those), graded into its SWE logs."""
-    tasks = registry.load(benchmark, logs=trajectories / "swebench", run_id=run_id, model=swe_model)
-    if task_ids:
-        tasks = [t for t in tasks if t.id in task_ids]
+    only = frozenset(task_ids) if task_ids else None
+    tasks = registry.load(
+        benchmark, logs=trajectories / "swebench", run_id=run_id, model=swe_model, only=only
+    )
+    if task_ids:  # an id with or without its benchmark's prefix (`claw-eval/T003...` or `T003...`)
+        tasks = [t for t in tasks if t.id in task_ids or t.id.split("/", 1)[-1] in task_ids]
         if not tasks:
             raise UsageError(f"none of {task_ids} is in {benchmark}")
     return tasks
+
+
+def playable(
+    benchmark: str, model: str, image: str | None, runtime: str, tasks: list[Task]
+) -> tuple[list[Task], dict[str, str]]:
+    """The tasks a run plays, in their image, and why each other one cannot run here (a loader
+    sets metadata["unavailable"]: the live web, a fixture missing from a checkout...). What does
+    not fit together is said before anything starts."""
+    bench, _ = registry.get(benchmark)
+    unavailable = {t.id: t.metadata["unavailable"] for t in tasks if t.metadata.get("unavailable")}
+    kept = [t for t in tasks if t.id not in unavailable]
+    if not kept:
+        raise UsageError(f"no task of {benchmark} can run here:\n{not_run(unavailable)}")
+    if model == DEFAULT_MODEL and not bench.browser and all(t.solution is None for t in kept):
+        raise UsageError(
+            f"{benchmark} ships no gold solutions for the oracle model to replay: give --model "
+            "(a model from --models, or scripted)"
+        )
+    if bench.browser and image:
+        raise UsageError(
+            f"--image does not apply to {benchmark}: its episodes run in the browser's own "
+            "image (`pomona browser image` on docker)"
+        )
+    return in_image(kept, image, runtime), unavailable
 
 
 def run_benchmark(
@@ -144,13 +172,10 @@ def run_benchmark(
     trajectories = Path(trajectories).resolve()
     run_id = run_id or new_run_id()
     swe_model = swebench.model_name(harness, model)
-    tasks = choose_tasks(benchmark, run_id, trajectories, swe_model, task_ids)
-    if bench.browser and image:
-        raise UsageError(
-            f"--image does not apply to {benchmark}: its episodes run in the browser's own "
-            "image (`pomona browser image` on docker)"
-        )
-    tasks = in_image(tasks, image, runtime)
+    tasks, unavailable = playable(
+        benchmark, model, image, runtime,
+        choose_tasks(benchmark, run_id, trajectories, swe_model, task_ids),
+    )  # fmt: skip
     if only is None:
         resume.RunManifest(
             run_id, benchmark, harness, model, k, [t.id for t in tasks], runtime, timeout,
@@ -179,16 +204,9 @@ def run_benchmark(
     done = registry.Finished(records, tasks, context, trajectories, bool(judge), kept)
     outputs = bench.finish(done) if bench.finish else registry.Outputs()
     return RunResult(
-        run_id,
-        records,
-        metrics.summarize(rows, range(1, k + 1)),
-        trajectories,
-        outputs.results.get("swe_report"),
-        rows,
-        benchmark,
-        k,
-        outputs.lines,
-    )
+        run_id, records, metrics.summarize(rows, range(1, k + 1)), trajectories,
+        outputs.results.get("swe_report"), rows, benchmark, k, outputs.lines, unavailable,
+    )  # fmt: skip
 
 
 def task_table(rows: list[dict[str, Any]]) -> str:
@@ -205,6 +223,11 @@ def task_table(rows: list[dict[str, Any]]) -> str:
         )
         lines.append(f"{task.ljust(width)}  {passed}/{len(rs):<5} {fails}")
     return "\n".join(lines)
+
+
+def not_run(unavailable: dict[str, str]) -> str:
+    """The tasks that cannot run on this machine, each with its reason."""
+    return "\n".join(f"  {task}: {why}" for task, why in sorted(unavailable.items()))
 
 
 def failures(rows: list[dict[str, Any]]) -> str:
@@ -229,7 +252,10 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     )
     p.add_argument(
         "--benchmark",
-        help=", ".join(b.name + (":PATH" if b.takes_path else "") for b in registry.benchmarks()),
+        help=", ".join(
+            f"{b.name}:PATH ({b.summary})" if b.takes_path else b.name
+            for b in registry.benchmarks()
+        ),
     )
     p.add_argument(
         "--resume",
@@ -309,11 +335,10 @@ def _on_slurm(args: argparse.Namespace) -> RunResult:
         harness = args.harness or registry.get(args.benchmark)[0].agent
         run_id, trajectories = new_run_id(), Path(args.trajectories).resolve()
         swe_model = swebench.model_name(harness, args.model)
-        tasks = in_image(
+        tasks, _ = playable(
+            args.benchmark, args.model, args.image, args.runtime,
             choose_tasks(args.benchmark, run_id, trajectories, swe_model, args.tasks),
-            args.image,
-            args.runtime,
-        )
+        )  # fmt: skip
         manifest = resume.RunManifest(
             run_id, args.benchmark, harness, args.model, args.k, [t.id for t in tasks],
             args.runtime, args.timeout, args.models, args.judge, args.judge_prompts, args.image,
@@ -340,6 +365,9 @@ def _run(args: argparse.Namespace) -> int:
     args.benchmark, args.k = result.benchmark, result.k
     print(f"\nrun {result.run_id}: {len(result.rows)} attempts recorded in {result.trajectories}\n")
     print(task_table(result.rows))
+    if result.unavailable:
+        print(f"\nnot run, unavailable here ({len(result.unavailable)}):")
+        print(not_run(result.unavailable))
     if failed := failures(result.rows):
         print(f"\nnot scored (infrastructure failures, excluded from every rate):\n{failed}")
     print("\nthis run:")

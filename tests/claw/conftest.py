@@ -1,8 +1,13 @@
-"""Fixtures for the claw tests: the payload (claw-eval's CPython with the mcp and openai SDKs, and
-the harnesses under test), one recording proxy, and one local sandbox client per session."""
+"""Fixtures for the claw tests: the official checkouts (skipped, saying why, where absent), the
+payload (claw-eval's CPython, which runs the benchmarks' own code in the sandboxes, and the
+harnesses under test), one recording proxy and one local sandbox client per session, and the
+scripted solutions (tests/claw/solutions/*.json: tool calls, shell commands and final words
+that solve official tasks, kept here, not in the checkouts)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,65 @@ from pomona.proxy import ProxyConfig, ProxyServer
 from pomona.proxy.control import gateway
 
 HARNESSES = ["claw-eval", "openclaw", "claude-code", "opencode", "hermes", "codex", "pi"]
+# ../shared/benchmarks from the repository's root (a worktree's root is one level deeper)
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = next(
+    (
+        p / "shared" / "benchmarks"
+        for p in (ROOT.parent, ROOT.parent.parent)
+        if (p / "shared" / "benchmarks").is_dir()
+    ),
+    ROOT.parent / "shared" / "benchmarks",
+)
+CHECKOUTS = {"claw-eval": SHARED / "claw-eval", "qwenclawbench": SHARED / "qwenclawbench"}
+SOLUTIONS = Path(__file__).parent / "solutions"
+
+
+def checkout(kind: str) -> Path:
+    path = CHECKOUTS[kind]
+    if not path.is_dir():
+        pytest.skip(f"no {kind} checkout at {path} (the official repository, as a user clones it)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def claw_eval_checkout() -> Path:
+    return checkout("claw-eval")
+
+
+@pytest.fixture(scope="session")
+def qwen_checkout() -> Path:
+    return checkout("qwenclawbench")
+
+
+def solutions(kind: str) -> dict[str, Any]:
+    return json.loads((SOLUTIONS / f"{kind.replace('-', '_')}.json").read_text())
+
+
+def steps(solution: dict[str, Any]) -> tuple[str, ...]:
+    """A solution as the scripted model's steps: tool calls of the MCP server `claw` (which the
+    native loop offers under their own names), shell commands, final words."""
+    out = []
+    for step in solution["steps"]:
+        if isinstance(step, dict) and "tool" in step:
+            step = {"server": "claw", **step}
+        out.append(step if isinstance(step, str) else json.dumps(step, ensure_ascii=False))
+    return tuple(out)
+
+
+def solved(kind: str, ids: list[str] | None = None) -> list[Any]:
+    """The official tasks that have a scripted solution (or those of `ids`), each carrying it as
+    its oracle (and a multi-turn task its simulated user's replies)."""
+    from pomona.benchmarks.claw import load
+
+    known = solutions(kind)
+    chosen = ids or sorted(known)
+    out = []
+    for task in load(kind, str(checkout(kind)), only=chosen):
+        name = task.id.split("/", 1)[1]
+        extra = {"user_script": tuple(known[name].get("user", ()))} if kind == "claw-eval" else {}
+        out.append(dataclasses.replace(task, solution=steps(known[name]), **extra))
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +93,7 @@ def need(unavailable: dict[str, str]) -> Callable[[str], None]:
         if name in unavailable:
             pytest.skip(f"{name}: {unavailable[name]}")
 
-    check("claw-eval")  # its CPython runs the services and the MCP relay for every harness
+    check("claw-eval")  # its CPython runs the benchmarks' own code for every harness
     return check
 
 

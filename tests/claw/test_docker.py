@@ -1,7 +1,7 @@
-"""Claw tasks on the docker runtime, through `pomona run` as a user would start them: tasks that
-name no image of their own run in the image given with --image (the services on the payload's
-CPython, in an image that has none of its own), and without one the run says so before any
-sandbox starts."""
+"""Claw tasks on the docker runtime, through `pomona run` as a user would start them: a task
+names no image of its own, so it runs in the image given with --image (Claw-Eval's services, its
+dispatcher and graders on the payload's CPython, in an image that has no Python of its own), and
+without one the run says so before any sandbox starts."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ import pytest
 from pomona.cli import main
 from tests.conftest import docker_available
 
-# the judged task (safety checks, a scripted judge) and the multi-turn one (a simulated user
-# reached through the gateway)
-TASKS = ["claw-eval-local/mail_confirm_budget_review", "claw-eval-local/calendar_dentist_ask_first"]
-
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 
@@ -27,22 +23,21 @@ def _run(runs: Path, *extra: str) -> list[str]:
         "claw-eval-local",
         "--harness",
         "claw-eval",
-        "--model",
-        "oracle",
         "--runtime",
         "docker",
         "--trajectories",
         str(runs),
         "--tasks",
-        *TASKS,
+        "L002_mail_draft_reply",  # a service, a judged draft, a safety check
         *extra,
     ]
 
 
 @pytest.fixture
-def image(need: Any) -> str:
+def image(need: Any, claw_eval_checkout: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     if not docker_available():
         pytest.skip("the Docker engine is not running")
+    monkeypatch.setenv("POMONA_CLAW_EVAL", str(claw_eval_checkout))
     from tests.images import debian_image
 
     return debian_image()
@@ -52,7 +47,7 @@ def test_claw_tasks_run_on_docker_in_the_given_image(image: str, tmp_path: Path,
     code = main(_run(tmp_path / "runs", "--image", image))
     out = capsys.readouterr().out
     assert code == 0, out
-    assert out.count(" 1/1 ") == len(TASKS)
+    assert " 1/1 " in out
 
 
 def test_without_an_image_the_run_says_what_to_give(image: str, tmp_path: Path, capsys):

@@ -1,6 +1,7 @@
 """The MCP mechanism: one declarative McpServer, rendered into each harness's own config, and
-a real harness calling the tool through the proxy's scripted model (inside a gateway sandbox,
-the MCP relay spawned by the harness, the call landing in the mock service's audit)."""
+a real harness calling an official Claw-Eval task's tool through the proxy's scripted model
+(inside the task's gateway sandbox: the relay spawned by the harness, the call dispatched by
+Claw-Eval's own ToolDispatcher on the trusted host, answered by its mock service)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,8 @@ from pomona.harnesses.base import RunContext
 from pomona.harnesses.mcp import McpServer, McpUnsupported, check_unique, codex_toml
 from pomona.harnesses.registry import get
 
-MCP_HARNESSES = ["openclaw", "claude-code", "opencode", "hermes", "codex", "claw-eval"]
-NOTE = runtime.Tool(
-    "create_note",
-    "Create a note.",
-    {
-        "type": "object",
-        "properties": {"title": {"type": "string"}, "body": {"type": "string"}},
-        "required": ["title"],
-    },
-    f"http://127.0.0.1:{runtime.PORT}/notes/create_note",
-)
+MCP_HARNESSES = ["openclaw", "claude-code", "opencode", "hermes", "codex"]
+TASK = "T099_pinbench_second_brain_recall"  # notes_list, notes_get
 STDIO = McpServer("tools", command=("/opt/bin/srv", "--x", 'a "quoted" arg'), env={"K": "v"})
 HTTP = McpServer("web", url="http://127.0.0.1:9/mcp", headers={"Authorization": "Bearer t"})
 
@@ -94,45 +86,36 @@ def test_a_harness_without_an_mcp_client_is_refused_before_it_runs(need, sandbox
 
 
 @pytest.fixture(scope="module")
-def notes_sandbox(proxy, client, unavailable):
-    from pomona.harnesses import tools_mount
-    from pomona.proxy.control import gateway
+def notes_sandbox(need, proxy, client, claw_eval_checkout):
+    from pomona.benchmarks.stage import SandboxStage
+    from tests.claw.conftest import solved
 
-    if "claw-eval" in unavailable:
-        pytest.skip(f"claw-eval: {unavailable['claw-eval']}")
-    sb = client.create_sandbox(
-        "host",
-        network="gateway",
-        gateway=gateway(proxy),
-        mounts=[tools_mount()],
-        timeout=1800,
-    )
-    runtime.install(sb, [NOTE], {}, ["notes"])
-    yield sb
-    sb.delete()
+    [task] = solved("claw-eval", [TASK])
+    stage = SandboxStage(task, client, proxy, ttl=1800)
+    stage.start()
+    yield stage.sandbox
+    stage.close()
 
 
 @pytest.mark.parametrize("harness", MCP_HARNESSES)
 def test_the_harness_calls_the_mcp_tool_for_real(harness, need, notes_sandbox, proxy):
     need(harness)
-    step = {
-        "tool": "create_note",
-        "server": runtime.MCP_NAME,
-        "arguments": {"title": f"from {harness}", "body": "kept"},
-    }
+    step = {"tool": "notes_get", "server": runtime.MCP_NAME, "arguments": {"note_id": "mem_001"}}
+    before = len(runtime.ctl(notes_sandbox, "finish")["dispatches"])
     result = run(
         harness,
-        "Save a note for me.",
+        "What is my team's secret phrase? It is in my notes.",
         notes_sandbox,
         "scripted",
         proxy,
-        script=[json.dumps(step), json.dumps({"text": "Saved the note."})],
-        mcp=[runtime.mcp_server()],
+        script=[json.dumps(step), json.dumps({"text": "purple elephant sunrise"})],
+        mcp=[runtime.relay()],
         timeout=600,
     )
     assert result.ok, (result.failure_message, result.stdout[-2000:], result.stderr[-2000:])
-    assert result.final_answer and "Saved the note." in result.final_answer
-    created = runtime.audit(notes_sandbox)["notes"].get("created_notes", [])
-    assert {"title": f"from {harness}", "body": "kept"}.items() <= next(
-        n for n in created if n["title"] == f"from {harness}"
-    ).items()
+    assert result.final_answer and "purple elephant sunrise" in result.final_answer
+    dispatched = runtime.ctl(notes_sandbox, "finish")["dispatches"][before:]
+    assert [(d["tool_name"], d["request_body"], d["response_status"]) for d in dispatched] == [
+        ("notes_get", {"note_id": "mem_001"}, 200)
+    ]
+    assert "purple elephant sunrise" in json.dumps(dispatched[0]["response_body"])

@@ -6,11 +6,12 @@ a RemoteProxy."""
 from __future__ import annotations
 
 import inspect
+import json
 
 import openai
 from proxy_helpers import calls
 
-from pomona.benchmarks.claw.judge import Judge
+from pomona.benchmarks.claw.judge import JudgeSpec, open_judge
 from pomona.benchmarks.task import Task
 from pomona.episodes.attempt import Attempt, RunInfo
 from pomona.proxy.control import RemoteProxy
@@ -27,8 +28,13 @@ def test_in_process_opening_takes_exactly_the_http_fields():
 def test_the_claw_judge_and_an_attempt_over_either_link(proxy, runs):
     task = Task("t1", "find it", scorer=None, benchmark="webvoyager-local")  # type: ignore[arg-type]
     for link in (proxy, RemoteProxy(proxy.url)):
-        judge = Judge(link, verdict=0.25, of="judged")
-        assert judge.evaluate("task", "said", "did", "rubric").score == 0.25
+        judge = open_judge(link, JudgeSpec(verdict=0.25), "claw-eval", of="judged", task="t1")
+        client = openai.OpenAI(base_url=judge["base_url"], api_key="sk-x")
+        for _ in range(2):  # the stand-in gives its verdict to every call of the trial
+            said = client.chat.completions.create(
+                model="scripted", messages=[{"role": "user", "content": "judge this"}]
+            )
+            assert json.loads(said.choices[0].message.content or "{}")["score"] == 0.25
         attempt = Attempt(task, "webvoyager", "1", "oracle", link, RunInfo("r1"))
         script = ["Thought: look.\nAction: ANSWER; 42"]
         ep = attempt.open("scripted", script, tool_less_calls="main")
@@ -36,9 +42,11 @@ def test_the_claw_judge_and_an_attempt_over_either_link(proxy, runs):
             model="m", messages=[{"role": "user", "content": "the page"}]
         )
         assert "ANSWER; 42" in (reply.choices[0].message.content or "")
-    rows = calls(runs, 4)
+    rows = calls(runs, 6)
     # tool-less requests of judges and of WebVoyager are their turns, not side calls, either way
-    assert [(r["side"], r["sequence"], r["status"]) for r in rows] == [(False, 0, "ok")] * 4
+    turns = [(r["side"], r["sequence"], r["status"]) for r in rows]
+    assert turns == [(False, 0, "ok"), (False, 1, "ok"), (False, 0, "ok")] * 2
     # each call names what its episode was opened as (a judge's episode is in no run)
     opened_as = [(r["run"], r["benchmark"], r["task"], r["harness"]) for r in rows]
-    assert opened_as == [(None, None, None, None), ("r1", task.benchmark, "t1", "webvoyager")] * 2
+    judged = (None, None, None, None)
+    assert opened_as == [judged, judged, ("r1", task.benchmark, "t1", "webvoyager")] * 2

@@ -11,11 +11,11 @@
     webvoyager-local           the local sites' tasks, WebVoyager's schema (also deepshop-local,
                                mind2web-local); these run with the WebVoyager loop by default
     webvoyager:PATH            a WebVoyager checkout: its 643 tasks on the live web, its judge
-    claw-eval-local            Claw-Eval task.yaml tasks shipped with Pomona (mock services, MCP)
-    claw-eval:PATH             a directory of Claw-Eval task directories; Claw-Eval's own loop
-                               (`claw-eval` harness) by default
-    qwenclawbench-local        QwenClawBench task_*.md tasks shipped with Pomona (OpenClaw default)
-    qwenclawbench:PATH         a QwenClawBench checkout (tasks/ and assets/)
+    claw-eval:PATH             a Claw-Eval checkout (tasks/, mock_services/, src/): its own services,
+                               graders, judge and loop (`claw-eval` harness, the default)
+    claw-eval-local            Pomona's small set in its layout (the framework: POMONA_CLAW_EVAL)
+    qwenclawbench:PATH         a QwenClawBench checkout (data/<dataset>/, scripts/); OpenClaw default
+    qwenclawbench-local        Pomona's small set in its layout (the engine: POMONA_QWENCLAWBENCH)
 
 A record says how to load the tasks, who plays them when no harness is named, whether they play
 in a browser, and what a run writes after its last episode (SWE-bench's predictions and run
@@ -46,6 +46,8 @@ class LoadContext:
     logs: Path = Path("pomona-runs/swebench")
     run_id: str = "pomona"
     model: str = "pomona"  # the SWE-bench model name (harness + model)
+    # the task ids asked for, where a benchmark can skip reading the others; the caller filters
+    only: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def _claw(kind: str) -> Callable[[LoadContext], list[Task]]:
     def load(ctx: LoadContext) -> list[Task]:
         from pomona.benchmarks.claw import load as load_claw
 
-        return load_claw(kind, ctx.path)
+        return load_claw(kind, ctx.path, ctx.only)
 
     return load
 
@@ -249,11 +251,11 @@ for _name, _summary in (
 register(Benchmark("webvoyager", "a WebVoyager checkout: its tasks on the live web, its judge",
                    _webvoyager_checkout, agent="webvoyager", takes_path=True, browser=True,
                    finish=_browser_finish))  # fmt: skip
-register(Benchmark("claw-eval-local", "Claw-Eval tasks shipped with Pomona", _claw("claw-eval"),
-                   agent="claw-eval"))  # fmt: skip
-register(Benchmark("claw-eval", "a directory of Claw-Eval task directories", _claw("claw-eval"),
-                   agent="claw-eval", takes_path=True))  # fmt: skip
-register(Benchmark("qwenclawbench-local", "QwenClawBench tasks shipped with Pomona",
+register(Benchmark("claw-eval-local", "Claw-Eval's layout, a small set shipped with Pomona",
+                   _claw("claw-eval"), agent="claw-eval"))  # fmt: skip
+register(Benchmark("claw-eval", "a Claw-Eval checkout: its services, graders, judge and loop",
+                   _claw("claw-eval"), agent="claw-eval", takes_path=True))  # fmt: skip
+register(Benchmark("qwenclawbench-local", "QwenClawBench's layout, a small set shipped with Pomona",
                    _claw("qwenclawbench"), agent="openclaw"))  # fmt: skip
-register(Benchmark("qwenclawbench", "a QwenClawBench checkout", _claw("qwenclawbench"),
-                   agent="openclaw", takes_path=True))  # fmt: skip
+register(Benchmark("qwenclawbench", "a QwenClawBench checkout: its tasks, graders and judge",
+                   _claw("qwenclawbench"), agent="openclaw", takes_path=True))  # fmt: skip

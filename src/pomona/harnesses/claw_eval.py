@@ -1,53 +1,45 @@
-"""Claw-Eval's native loop as a harness (`claw-eval`): OpenAI function calling with the task's
-tools, for parity with Claw-Eval's published numbers, which come from its own loop rather than
-from a real assistant CLI. Pomona's implementation (benchmarks/claw/sandbox/loop.py) runs inside
-the sandbox on the payload's private CPython with the `mcp` and `openai` SDKs; it takes a task's
-tools from MCP servers (the same relay every other harness gets) and plays a multi-turn task's
-simulated user. The payload's `pomona-python` also runs the mock services and the MCP relay."""
+"""Claw-Eval's own agent loop as a harness (`claw-eval`): its `run_task` from the user's
+checkout, as its `claw-eval run --sandbox` runs it, for parity with Claw-Eval's published
+numbers (which come from this loop, not from an assistant CLI). It runs Claw-Eval tasks only:
+the loop is started by the task's trusted host inside the sandbox, as root, with its sandbox
+tools served by Claw-Eval's sandbox server running as the agent's user (see
+benchmarks/claw/sandbox/claw_native.py); its trace is the trial's evidence.
+
+The payload (`pomona harnesses install claw-eval`) is a private CPython with the Python packages
+Claw-Eval's code imports (its pyproject's core, mock and sandbox-server dependencies, pinned) and
+the MCP SDK; its `pomona-python` also runs the benchmarks' services, relays and graders."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pomona.harnesses.base import Harness, Launch, Outputs, PypiInstall, RunContext
 
-from pomona.harnesses.base import Harness, Launch, Outputs, PypiInstall, RunContext, json_text
-from pomona.harnesses.mcp import McpUnsupported
-
-LOOP = Path(__file__).parents[1] / "benchmarks" / "claw" / "sandbox" / "loop.py"
+LAUNCHER = "/opt/pomona-claw/agent/claw_native.py"  # laid out by the task (benchmarks/claw)
 
 
 class ClawEval(Harness):
     name = "claw-eval"
-    version = "1.0"  # Pomona's loop; the SDKs it runs on are pinned below
+    version = "2.0"  # Pomona's launcher; the loop is the checkout's own
     dialects = ("chat",)
-    install = PypiInstall(("mcp==2.3.0", "openai==2.24.0"), script="")
+    install = PypiInstall(
+        (
+            "mcp==2.3.0",
+            "openai==3.57.0",
+            "httpx==0.28.1",
+            "pydantic==2.14.4",
+            "PyYAML==6.0.4",
+            "fastapi==0.165.0",
+            "uvicorn==0.54.0",
+            "pypdf==7.1.1",
+            "pillow==13.0.0",
+        ),
+        script="",
+    )
     command = "pomona-python"
-    transcript_globs = ("trace.jsonl",)
-    takes_mcp = True
+    takes_mcp = True  # the task's MCP relay is offered; the loop reaches the same tools itself
 
     def launch(self, ctx: RunContext) -> Launch:
-        loop = f"{ctx.run_dir}/loop.py"
-        files = {loop: LOOP.read_text()}
-        argv = [
-            "pomona-python",
-            loop,
-            "--base-url",
-            ctx.base_url,
-            "--model",
-            ctx.model,
-            "--prompt",
-            ctx.prompt,
-            "--trace",
-            f"{ctx.run_dir}/trace.jsonl",
-            "--workdir",
-            ctx.workdir,
-        ]
-        if ctx.mcp:
-            if any(not s.stdio for s in ctx.mcp):
-                raise McpUnsupported("claw-eval's loop connects to stdio MCP servers only")
-            servers = {s.name: {"command": list(s.command), "env": dict(s.env)} for s in ctx.mcp}
-            files[f"{ctx.run_dir}/mcp.json"] = json_text(servers)
-            argv += ["--mcp", f"{ctx.run_dir}/mcp.json"]
-        return Launch(argv, files=files)
+        argv = ["pomona-python", LAUNCHER, "--model", ctx.model, "--base-url", ctx.base_url]
+        return Launch(argv)
 
     def final_answer(self, out: Outputs) -> str | None:
         finals = [e.get("text") for e in out.json_lines() if e.get("type") == "final"]
@@ -55,12 +47,7 @@ class ClawEval(Harness):
         return text if isinstance(text, str) and text.strip() else None
 
     def completed(self, out: Outputs) -> bool:
-        return any(e.get("type") == "final" for e in out.json_lines()) and bool(
-            self.final_answer(out)
-        )
-
-    def transcript(self, out: Outputs) -> list[dict]:
-        return out.file_lines("trace.jsonl")
+        return any(e.get("type") == "final" for e in out.json_lines())
 
 
 HARNESS = ClawEval()

@@ -75,10 +75,12 @@ class ProxyControl(Protocol):
         model: str | None = None,
         metadata: dict[str, Any] | None = None,
         script: Sequence[str | Sequence[str]] | None = None,
+        final: str = "done",
         tool_less_calls: Literal["side", "main"] = "side",
         policy: Policy | None = None,
     ) -> dict[str, str]:
-        """Open an episode: {"key", "base_url", "anthropic_base_url"}."""
+        """Open an episode: {"key", "base_url", "anthropic_base_url"}. `final`: what the
+        scripted model answers once its script is spent (a judge stand-in's fixed verdict)."""
 
     def close_episode(self, key: str, **outcome: Any) -> None:
         """Close the episode; the first close writes its `episodes` row with `outcome`."""
@@ -148,6 +150,7 @@ class RemoteProxy:
         model: str | None = None,
         metadata: dict[str, Any] | None = None,
         script: Sequence[str | Sequence[str]] | None = None,
+        final: str = "done",
         tool_less_calls: Literal["side", "main"] = "side",
         policy: Policy | None = None,
     ) -> dict[str, str]:
@@ -158,6 +161,8 @@ class RemoteProxy:
         body: dict[str, Any] = {"model": model, "metadata": metadata or {}}
         if script is not None:
             body["script"] = [c if isinstance(c, str) else list(c) for c in script]
+        if final != "done":
+            body["final"] = final
         if tool_less_calls != "side":
             body["tool_less_calls"] = tool_less_calls
         return {k: str(v) for k, v in self._post("/episodes", body).items()}

@@ -1,254 +1,290 @@
-"""QwenClawBench tasks (`tasks/task_*.md` with `assets/`), loaded unchanged: YAML front matter,
-`## Prompt`, `## Expected Behavior`, `## Grading Criteria`, `## Automated Checks` (a Python block
-defining `grade(transcript, workspace_path) -> dict[str, float]`) and `## LLM Judge Rubric`.
+"""QwenClawBench tasks (`data/<dataset>/tasks/task_*.md` with `assets/<id>/`) from the user's
+checkout, graded by its own grading engine (scripts/lib_grading.py: the task's `grade()`, its judge
+prompt and reply parsing, the penalized hybrid) in a verifier sandbox.
 
-Scoring as published: automated = the mean of grade()'s values; the judge's total in 0..1;
-hybrid (penalized) = (w_a*auto + w_l*llm*[auto >= 0.75]) / (w_a + w_l), or without the gate
-when `simple_scoring`; a run passes when its score is >= 1 - 1e-9.
+Pomona reads of a task file what its own loader reads to run it (scripts/lib_tasks.py: the front
+matter with its tracing fields stripped, the `## ` sections) and lays out the workspace as its
+Docker runner does (scripts/lib_docker.py: inline `content` files, then `source` files found in
+assets/<id>/ before assets/, bytes unchanged). The transcript its `grade()` reads is OpenClaw's
+own session events when the harness is OpenClaw (its transcript store), else the same events
+rebuilt from the proxy's record.
 
-grade() is the benchmark's code: it runs on the host in a separate Python process with a time
-limit, against a copy of the agent's workspace taken after the run and the transcript (OpenClaw's
-session events, rebuilt from the proxy's record for every harness), never inside the sandbox
-the agent controlled.
+A `## Pomona Oracle` section (Pomona's local tasks: scripted steps, a solution and a negative
+that must fail) is Pomona's addition; QwenClawBench's loader keeps it as a section it ignores.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import subprocess
-import sys
-import tarfile
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pomona.benchmarks.claw import conversation, oracle_steps
-from pomona.benchmarks.claw.judge import Judge
-from pomona.benchmarks.task import Environment, Score, Task, VerifierError
+from pomona.benchmarks.claw import conversation, runtime
+from pomona.benchmarks.claw.checkout import (
+    QWENCLAWBENCH_ENV,
+    SAFE,
+    CheckoutError,
+    QwenCheckout,
+    TaskFileError,
+    tar,
+)
+from pomona.benchmarks.claw.claw_eval import oracle_steps, save_evidence
+from pomona.benchmarks.claw.judge import JudgeSpec, close_judge, judge_calls, open_judge
+from pomona.benchmarks.task import Environment, Score, Task, TaskSetupFailed, VerifierError
 from pomona.orchestrator.sdk.client import Sandbox
+from pomona.proxy.control import calls_of
 
 if TYPE_CHECKING:
     from pomona.harnesses.runner import HarnessResult
     from pomona.proxy.control import ProxyControl
 
-DATA = Path(__file__).parents[1] / "data" / "qwenclawbench_local"
-PERFECT = 1 - 1e-9
-GATE = 0.75
+DATA = Path(__file__).parents[1] / "data" / "qwenclawbench_local"  # a dataset: tasks/, assets/
+PERFECT = 1 - 1e-9  # its pass: a perfect score (lib_grading.pass_k_stats)
 WORKDIR = "/workspace"
-_RUNNER = """
-import json, sys
-source, workspace = sys.argv[1], sys.argv[2]
-namespace = {}
-exec(compile(open(source).read(), "automated_checks", "exec"), namespace)
-result = namespace["grade"](json.load(sys.stdin), workspace)
-json.dump(result, sys.stdout)
-"""
+OFFLINE_NOT = {"web": "the internet", "feishu": "the Feishu API"}  # external_dependency values
+GRADE_TIMEOUT = 1800.0  # its judge call retries 100 times, backing off exponentially
+_FRONT = re.compile(r"^---\s*\n(.*?)\n---\s*\n(.*)$", re.S)
 
 
-def sections(markdown: str) -> dict[str, str]:
-    """`## Title` -> body text."""
+def front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """The front matter and the body, as its TaskLoader reads them (source_query and
+    source_line_number, tracing fields that may not parse, removed first)."""
+    match = _FRONT.match(text)
+    if not match:
+        raise TaskFileError("no YAML front matter")
+    head = re.sub(
+        r"^source_query:\s*.*?(?=\n\w+:\s|\n---|\Z)", "", match.group(1), flags=re.M | re.S
+    )
+    head = re.sub(r"^source_line_number:.*$", "", head, flags=re.M)
+    meta = yaml.load(head, Loader=SAFE) or {}
+    if not isinstance(meta, dict):
+        raise TaskFileError("the front matter is not a mapping")
+    return meta, match.group(2)
+
+
+def sections(body: str) -> dict[str, str]:
+    """`## Title` -> its text, line by line as its TaskLoader splits them."""
     out: dict[str, str] = {}
-    for block in re.split(r"^## +", markdown, flags=re.M)[1:]:
-        title, _, body = block.partition("\n")
-        out[title.strip()] = body.strip()
+    current: str | None = None
+    lines: list[str] = []
+    for line in body.split("\n"):
+        header = re.match(r"^##\s+(.+)$", line)
+        if header:
+            if current:
+                out[current] = "\n".join(lines).strip()
+            current, lines = header.group(1), []
+        elif current:
+            lines.append(line)
+    if current:
+        out[current] = "\n".join(lines).strip()
     return out
 
 
-def parse(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    match = re.match(r"^---\s*\n(.*?)\n---\s*\n(.*)$", text, flags=re.S)
-    if not match:
-        raise ValueError(f"{path}: no YAML front matter")
-    meta = yaml.safe_load(match.group(1)) or {}
-    body = sections(match.group(2))
-    if "Prompt" not in body:
-        raise ValueError(f"{path}: no '## Prompt' section")
-    code = re.search(r"```python\s*\n(.*?)```", body.get("Automated Checks", ""), flags=re.S)
-    return {
-        "meta": meta,
-        "prompt": body["Prompt"],
-        "expected": body.get("Expected Behavior", ""),
-        "criteria": body.get("Grading Criteria", ""),
-        "rubric": body.get("LLM Judge Rubric", ""),
-        "checks": code.group(1) if code else "",
-        "oracle": body.get("Pomona Oracle", ""),
-    }
+def workspace(meta: dict[str, Any], assets: Path) -> tuple[dict[str, bytes], list[str]]:
+    """The initial workspace (relative path -> bytes) and the asset files not found."""
+    files: dict[str, bytes] = {}
+    missing: list[str] = []
+    for spec in meta.get("workspace_files") or []:
+        if "content" in spec:
+            files[str(spec["path"])] = str(spec["content"]).encode()
+            continue
+        source = str(spec["source"])
+        found = next(
+            (p for p in (assets / str(meta.get("id")) / source, assets / source) if p.exists()),
+            None,
+        )
+        if found is None or not found.is_file():
+            missing.append(source)
+        else:
+            files[str(spec["dest"])] = found.read_bytes()
+    for name in files:
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise TaskFileError(f"workspace file {name!r} leaves the workspace")
+    return files, missing
 
 
-def hybrid(
-    auto: float | None, llm: float | None, w_auto: float, w_llm: float, simple: bool = False
-) -> float:
-    """The penalized hybrid: the judge counts only once the automated checks reach 0.75."""
-    gate = 1.0 if simple or (auto or 0.0) >= GATE else 0.0
-    total = w_auto + w_llm
-    if total <= 0:
-        raise ValueError("grading weights must add up to more than 0")
-    return (w_auto * (auto or 0.0) + w_llm * (llm or 0.0) * gate) / total
+def unavailable(meta: dict[str, Any], missing: list[str], framework: Any) -> str | None:
+    if framework is None:
+        return (
+            "needs QwenClawBench's own grading engine (its scripts/) from a checkout: set "
+            f"{QWENCLAWBENCH_ENV}=PATH"
+        )
+    need = OFFLINE_NOT.get(str(meta.get("external_dependency") or "").lower())
+    if need:
+        return f"needs {need} (external_dependency: {meta['external_dependency']})"
+    if missing:
+        return f"asset files missing from the checkout: {', '.join(missing)}"
+    return None
 
 
-def run_checks(
-    source: str, transcript: list[dict[str, Any]], workspace: Path, timeout: float = 120
-) -> dict[str, float]:
-    """The task's grade() in its own process; a crash or a non-numeric result is the verifier's."""
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "checks.py").write_text(source)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", "-c", _RUNNER, f"{tmp}/checks.py", str(workspace)],
-                input=json.dumps(transcript),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                cwd=tmp,
-            )
-        except subprocess.TimeoutExpired as e:
-            raise VerifierError(f"grade() ran past {timeout:.0f} s") from e
-    if proc.returncode != 0:
-        raise VerifierError(f"grade() failed: {proc.stderr.strip()[-1500:]}")
-    try:
-        result = json.loads(proc.stdout)
-        return {str(k): float(v) for k, v in result.items()}
-    except (ValueError, AttributeError, TypeError) as e:
-        raise VerifierError(
-            f"grade() must return {{name: number}}, got {proc.stdout[:300]!r}"
-        ) from e
+def transcript_of(run: HarnessResult, talk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenClaw's own session events (its transcript store holds the JSONL events its
+    benchmark reads), or, for any other harness, the same events rebuilt from the proxy."""
+    rows = run.transcript if run.harness == "openclaw" else []
+    if rows and all(isinstance(r.get("event_json"), str) for r in rows):
+        last = rows[-1].get("session_id")
+        return [json.loads(r["event_json"]) for r in rows if r.get("session_id") == last]
+    return conversation.openclaw_transcript(talk)
 
 
 @dataclass(frozen=True)
 class QwenScorer:
+    """The grading is the task's own (QwenClawTask.evaluate); this only names the scorer."""
+
     def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
-        return {"workspace_tar": sandbox.download_dir(task.environment.workdir)}
+        raise VerifierError("a QwenClawBench task is graded by its evaluate()")
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
-        assert isinstance(task, QwenClawTask)
-        return task.grade(
-            artifacts["workspace_tar"], artifacts.get("conversation", []), artifacts.get("judge")
-        )
+        raise VerifierError("a QwenClawBench task is graded by its evaluate()")
 
 
 @dataclass(frozen=True)
 class QwenClawTask(Task):
-    spec: dict[str, Any] | None = None
-    judge_model: str = "scripted"
-    judge_verdict: float = 1.0
-    simple_scoring: bool = False
+    task_file: Path = Path()
+    framework: QwenCheckout | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+    judge: JudgeSpec = JudgeSpec()
+
+    def prepare(self, sandbox: Sandbox) -> None:
+        if self.metadata.get("unavailable"):
+            raise VerifierError(f"{self.id} cannot run here: {self.metadata['unavailable']}")
+        sandbox.upload_dir(WORKDIR, tar(self.files))
+        owner = f"chown -R $(stat -c %u:%g {WORKDIR}) {WORKDIR}"
+        done = sandbox.exec(owner, user="root", timeout=120)
+        if done.exit_code != 0:
+            raise TaskSetupFailed(f"could not give the workspace to the agent: {done.stderr}")
 
     def evaluate(
         self, sandbox: Sandbox, run: HarnessResult | None = None, proxy: ProxyControl | None = None
     ) -> Score:
-        artifacts = conversation.evidence(
-            self, sandbox, run, proxy, self.judge_model, self.judge_verdict
+        if run is None or proxy is None:
+            raise VerifierError("a QwenClawBench task is graded from its proxy-recorded episode")
+        work = sandbox.download_dir(WORKDIR)
+        talk = conversation.from_calls(calls_of(proxy, run.episode) or [], run.final_answer)
+        transcript = transcript_of(run, talk)
+        judge = open_judge(proxy, self.judge, "qwenclawbench", of=run.episode, task=self.id)
+        failure = None
+        try:
+            grade = self.grade(sandbox, proxy, judge["key"], transcript, work)
+        except Exception as e:
+            failure = str(e)
+            raise
+        finally:
+            close_judge(proxy, judge["key"], failure)
+        calls = judge_calls(proxy, judge["key"])
+        log_dir = save_evidence(
+            proxy,
+            run.episode,
+            {
+                "transcript.json": json.dumps(transcript, ensure_ascii=False, indent=1),
+                "workspace.tar": work,
+                "grading.json": json.dumps(grade, ensure_ascii=False, indent=1),
+                "judge.jsonl": "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in calls),
+            },
         )
-        return self.scorer.score(self, artifacts)
-
-    def grade(self, workspace_tar: bytes, talk: list[dict[str, Any]], judge: Judge | None) -> Score:
-        spec = self.spec or {}
-        meta = spec["meta"]
-        kind = meta.get("grading_type", "automated")
-        weights = meta.get("grading_weights") or {}
-        transcript = conversation.openclaw_transcript(talk)
-        auto = llm = None
-        checks: dict[str, float] = {}
-        if kind in ("automated", "hybrid"):
-            if not spec["checks"]:
-                raise VerifierError(f"{self.id}: grading_type {kind} but no Automated Checks")
-            with tempfile.TemporaryDirectory() as tmp:
-                with tarfile.open(fileobj=io.BytesIO(workspace_tar)) as tar:
-                    tar.extractall(tmp, filter="data")
-                checks = run_checks(spec["checks"], transcript, Path(tmp))
-            auto = sum(checks.values()) / len(checks) if checks else 0.0
-        verdict: dict[str, Any] = {}
-        if kind in ("llm_judge", "hybrid"):
-            if judge is None:
-                raise VerifierError(f"{self.id}: needs a judge and none was given")
-            verdict = judge.rubric_total(
-                spec["prompt"], spec["expected"], conversation.text(talk), spec["rubric"]
-            )
-            llm = verdict["total"]
-        if kind == "automated":
-            score = auto or 0.0
-        elif kind == "llm_judge":
-            score = llm or 0.0
-        elif kind == "hybrid":
-            score = hybrid(
-                auto,
-                llm,
-                float(weights.get("automated", 0.5)),
-                float(weights.get("llm_judge", 0.5)),
-                self.simple_scoring,
-            )
-        else:
-            raise VerifierError(f"{self.id}: unknown grading_type {kind!r}")
+        score = float(grade["score"])
         return Score(
             reward=score,
             resolved=score >= PERFECT,
             details={
-                "grading_type": kind,
-                "automated": auto,
-                "checks": checks,
-                "llm_judge": llm,
-                "judge": judge.name if judge and llm is not None else None,
-                "judge_reply": verdict,
+                **grade,
+                "judge": {"model": self.judge.model, "episode": judge["key"]},
+                "log_dir": log_dir,
             },
         )
 
-
-def _workspace_files(meta: dict[str, Any], root: Path, task_file: Path) -> dict[str, str]:
-    files = {}
-    for entry in meta.get("workspace_files") or []:
-        source, dest = str(entry["source"]), str(entry.get("dest") or Path(entry["source"]).name)
-        if Path(dest).is_absolute() or ".." in Path(dest).parts:
-            raise ValueError(f"{task_file}: workspace dest {dest!r} leaves the workspace")
-        for base in (root / "assets", root / "assets" / str(meta["id"]), task_file.parent):
-            if (base / source).is_file():
-                files[dest] = (base / source).read_text()
-                break
-        else:
-            raise FileNotFoundError(
-                f"{task_file}: workspace file {source!r} not found under assets/"
-            )
-    return files
+    def grade(
+        self,
+        sandbox: Sandbox,
+        link: ProxyControl,
+        judge_key: str,
+        transcript: list[dict[str, Any]],
+        work: bytes,
+    ) -> dict[str, Any]:
+        """Its grade_task in a verifier sandbox, with the workspace as the agent left it."""
+        assert self.framework is not None
+        home = runtime.HOME
+        with runtime.verifier(sandbox, link) as verifier:
+            parts = {
+                "bench": {
+                    **self.framework.scripts(),
+                    f"tasks/{self.task_file.name}": self.task_file.read_bytes(),
+                },
+                "bin": runtime.programs(("claw_common.py", "qwen_grade.py")),
+                "run": {"transcript.json": json.dumps(transcript).encode()},
+            }
+            runtime.lay_out(verifier, parts, private=False)
+            verifier.upload_dir(f"{home}/run/workspace", work)
+            argv = [
+                runtime.PYTHON,
+                f"{home}/bin/qwen_grade.py",
+                "--task-file",
+                f"{home}/bench/tasks/{self.task_file.name}",
+                "--transcript",
+                f"{home}/run/transcript.json",
+                "--workspace",
+                f"{home}/run/workspace",
+                "--judge-model",
+                self.judge.model,
+                "--judge-url",
+                f"{runtime.proxy_inside(verifier)}/e/{judge_key}/v1",
+            ]
+            return runtime.run_grader(verifier, argv, GRADE_TIMEOUT)
 
 
 def load_task(
-    task_file: str | Path,
-    root: str | Path | None = None,
-    benchmark: str = "qwenclawbench",
-    **options: Any,
+    task_file: Path, dataset: Path, framework: QwenCheckout | None, benchmark: str, **options: Any
 ) -> QwenClawTask:
-    task_file = Path(task_file)
-    root = Path(root) if root else task_file.parent.parent
-    spec = parse(task_file)
-    meta = spec["meta"]
-    oracle = re.search(r"```json\s*\n(.*?)```", spec["oracle"], flags=re.S)
-    steps = json.loads(oracle.group(1)) if oracle else {}
+    """One task, runnable or (metadata `unavailable`) saying why not."""
+    files: dict[str, bytes] = {}
+    try:
+        meta, body = front_matter(task_file.read_text(encoding="utf-8"))
+        files, missing = workspace(meta, dataset / "assets")
+        parts = sections(body)
+        prompt = parts.get("Prompt", "").strip()
+        oracle = re.search(r"```json\s*\n(.*?)```", parts.get("Pomona Oracle", ""), flags=re.S)
+        steps = json.loads(oracle.group(1)) if oracle else {}
+        reason = unavailable(meta, missing, framework)
+    except (OSError, ValueError, KeyError, yaml.YAMLError) as e:
+        meta, prompt, reason, steps = {"id": task_file.stem}, "", f"unreadable: {e}", {}
     return QwenClawTask(
-        id=f"{benchmark}/{meta['id']}",
+        id=f"qwenclawbench/{meta.get('id') or task_file.stem}",
         benchmark=benchmark,
-        instruction=spec["prompt"],
+        instruction=prompt,
         scorer=QwenScorer(),
-        environment=Environment(files=_workspace_files(meta, root, task_file), workdir=WORKDIR),
+        environment=Environment(workdir=WORKDIR),
         solution=oracle_steps(steps.get("solution")) or None,
-        spec=spec,
+        task_file=task_file,
+        framework=framework,
+        meta=meta,
+        files=files,
         metadata={
-            "negative": oracle_steps(steps.get("negative")),
+            "agent_timeout": float(meta.get("timeout_seconds") or 120),
             "category": meta.get("category", ""),
-            "agent_timeout": float(meta.get("timeout_seconds") or 600),
+            "unavailable": reason,
+            "negative": oracle_steps(steps.get("negative")),
         },
         **options,
     )
 
 
 def tasks(
-    root: str | Path = DATA, benchmark: str = "qwenclawbench", **options: Any
+    dataset: Path,
+    framework: QwenCheckout | None,
+    benchmark: str,
+    only: set[str] | None = None,
+    **options: Any,
 ) -> list[QwenClawTask]:
-    """Every tasks/task_*.md under `root` (the benchmark's checkout, with its assets/)."""
-    files = sorted(Path(root).glob("tasks/task_*.md"))
+    """Every tasks/task_*.md of the dataset (or only those named: by file stem, id or
+    `qwenclawbench/ID`), sorted; unavailable ones are kept and say why."""
+    files = sorted((dataset / "tasks").glob("task_*.md"))
     if not files:
-        raise FileNotFoundError(f"no QwenClawBench tasks (tasks/task_*.md) under {root}")
-    return [load_task(f, root, benchmark, **options) for f in files]
+        raise CheckoutError(f"no QwenClawBench tasks (tasks/task_*.md) under {dataset}")
+    if only is not None:
+        files = [f for f in files if f.stem in only or f"qwenclawbench/{f.stem}" in only]
+    return [load_task(f, dataset, framework, benchmark, **options) for f in files]

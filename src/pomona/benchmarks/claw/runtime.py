@@ -1,170 +1,143 @@
-"""The services of one episode, inside its sandbox: upload the sandbox programs, start the mock
-services as root (so the agent, another user, can call them but not read their audit, reset them
-or kill them), say how a harness reaches the task's tools over MCP, and read the audit back.
+"""An episode's trusted side, from outside: lay out the benchmark's files and Pomona's programs
+in the sandbox as root (benchmark/sandbox/claw_common.py says where), start the host, and run
+root's controls; and the verifier sandbox, fresh and untouched by the agent, where graders run.
 
-Services listen on 127.0.0.1:PORT in the sandbox's own network namespace, so every episode has
-its own and no other episode can reach them.
+The agent runs as the sandbox's ordinary user: it can read the programs it runs itself (the MCP
+relay, the native loop's launcher, Claw-Eval's sandbox server) but not the benchmark's files
+(graders, answers), the host's record or the services' sockets.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import secrets
 import shlex
-import tarfile
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pomona.benchmarks.task import VerifierError
+from pomona.benchmarks.claw.checkout import tar
+from pomona.benchmarks.task import TaskSetupFailed, VerifierError
 from pomona.harnesses.base import TOOLS_MOUNT
 from pomona.harnesses.mcp import McpServer
 from pomona.orchestrator.sdk.client import Sandbox
+from pomona.proxy.control import ProxyControl, gateway
 
-HOME = "/opt/pomona-claw"  # root-owned: the programs, the task's tools, the admin token
-PYTHON = f"{TOOLS_MOUNT}/bin/pomona-python"  # the claw-eval payload: CPython + mcp + openai SDKs
-PORT = 9100
-MCP_NAME = "claw"  # the MCP server's name: harnesses show tools as mcp__claw__send_message etc.
+HOME = "/opt/pomona-claw"  # root-owned; see sandbox/claw_common.py
+PYTHON = f"{TOOLS_MOUNT}/bin/pomona-python"  # the claw-eval payload: CPython and the SDKs
 PROGRAMS = Path(__file__).parent / "sandbox"
+MCP_NAME = "claw"  # the tools' MCP server: harnesses show mcp__claw__TOOL, claw__TOOL, ...
+HOST_PROGRAMS = ("claw_common.py", "claw_host.py", "claw_loop.py", "claw_ctl.py", "claw_user.py")
+AGENT_PROGRAMS = ("claw_common.py", "claw_relay.py", "claw_native.py")
+OUTPUT_CAP = 512 << 20  # env snapshots carry base64 screenshots
 
 
 class ServiceDown(VerifierError):
-    """A mock service was not running when the episode was graded: an infrastructure failure,
-    never a score of 0."""
+    """The trusted side was not there at grading time (a service or the host died): an
+    infrastructure failure, never a score of 0."""
 
 
-@dataclass(frozen=True)
-class Tool:
-    """One tool of a task: its schema for the model and the endpoint the call goes to."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    url: str
-
-    def spec(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.input_schema,
-            "url": self.url,
-        }
-
-
-def mcp_server() -> McpServer:
-    """The MCP server every claw task gives a harness: the task's tools, relayed to its services."""
-    return McpServer(
-        MCP_NAME,
-        command=(
-            PYTHON,
-            f"{HOME}/mcp_server.py",
-            "--tools",
-            f"{HOME}/tools.json",
-            "--user",
-            f"{HOME}/user.json",
-        ),
-    )
+def relay() -> McpServer:
+    """The MCP server every Claw-Eval task gives a harness: its tools, relayed to the host."""
+    return McpServer(MCP_NAME, command=(PYTHON, f"{HOME}/agent/claw_relay.py"))
 
 
 def proxy_inside(sandbox: Sandbox) -> str:
-    """The proxy's root URL as seen from inside a gateway-mode sandbox (for the simulated user)."""
+    """The proxy's root URL as seen from inside a gateway-mode sandbox."""
     address = getattr(sandbox.info.spec, "gateway_address", None)
     if not address:
-        raise ValueError(
-            "a multi-turn task needs a gateway sandbox: its simulated user speaks through the proxy"
-        )
+        raise VerifierError("a Claw task needs a gateway sandbox: its judge and user are models")
     return f"http://127.0.0.1:{address[1]}"
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+def programs(names: tuple[str, ...]) -> dict[str, bytes]:
+    return {name: (PROGRAMS / name).read_bytes() for name in names}
 
 
-def install(
-    sandbox: Sandbox,
-    tools: list[Tool],
-    fixtures: dict[str, Any],
-    services: list[str],
-    extra: dict[str, bytes] | None = None,
-) -> None:
-    """Upload the programs, tools and fixtures as root, then start the services (if any) and
-    wait until they answer."""
-    files = {p.name: p.read_bytes() for p in PROGRAMS.glob("*.py") if p.name != "__init__.py"}
-    files["tools.json"] = json.dumps([t.spec() for t in tools]).encode()
-    files["token"] = secrets.token_hex(16).encode()
-    for name, value in fixtures.items():
-        files[f"fixtures/{name}.json"] = json.dumps(value).encode()
-    files.update(extra or {})
+def lay_out(sandbox: Sandbox, parts: Mapping[str, Mapping[str, bytes]], private: bool) -> None:
+    """Put each part (bench, bin, agent, run: name -> files) under HOME as root. `private`: the
+    bench, bin and run parts are root's alone (an episode sandbox, where the agent works)."""
     staging = f"/tmp/pomona-claw-{secrets.token_hex(4)}"
-    sandbox.upload_dir(staging, _tar(files))
-    setup = (
-        f"set -e; rm -rf {HOME}; mv {staging} {HOME}; chown -R 0:0 {HOME}; "
-        f"chmod -R go-w {HOME}; chmod 600 {HOME}/token"
+    files = {f"{part}/{name}": data for part, tree in parts.items() for name, data in tree.items()}
+    sandbox.upload_dir(staging, tar(files))
+    closed = f"chmod -R go-rwx {HOME}/bench {HOME}/bin {HOME}/run; " if private else ""
+    script = (
+        f"set -e; rm -rf {HOME}; mkdir -p {HOME}/run; "
+        f'for p in {staging}/*; do mv "$p" {HOME}/; done; rm -rf {staging}; '
+        f"chown -R 0:0 {HOME}; chmod -R a+rX,go-w {HOME}; {closed}"
     )
-    result = sandbox.exec(setup, user="root", timeout=60)
-    if result.exit_code != 0:
-        raise RuntimeError(f"could not install the claw programs: {result.stderr.strip()}")
-    if services:
-        start(sandbox, services)
+    done = sandbox.exec(script, user="root", timeout=300)
+    if done.exit_code != 0:
+        raise TaskSetupFailed(f"could not lay out the benchmark's files: {done.stderr.strip()}")
 
 
-def start(sandbox: Sandbox, services: list[str]) -> None:
-    serve = shlex.join(
-        [
-            PYTHON,
-            f"{HOME}/services.py",
-            "--port",
-            str(PORT),
-            "--fixtures",
-            f"{HOME}/fixtures",
-            "--services",
-            ",".join(services),
-            "--token-file",
-            f"{HOME}/token",
-        ]
+def start_host(sandbox: Sandbox, task_dir: str, user: dict[str, Any] | None) -> None:
+    """Start the host as root and wait until its services answer (or say why they did not)."""
+    argv = [PYTHON, f"{HOME}/bin/claw_host.py", "--task-dir", task_dir]
+    if user is not None:
+        argv += ["--user", f"{HOME}/run/user.json"]
+        put = f"cat > {HOME}/run/user.json && chmod 600 {HOME}/run/user.json"
+        sandbox.exec(put, user="root", stdin=json.dumps(user), timeout=60)
+    # from /workspace, Claw-Eval's container's working directory, with `python` on its PATH as
+    # there (env snapshot commands run `python ...`): the payload's CPython
+    start = (
+        f"mkdir -p {HOME}/pybin && ln -sf {PYTHON} {HOME}/pybin/python && "
+        f"ln -sf {PYTHON} {HOME}/pybin/python3 && export PATH={HOME}/pybin:$PATH && "
+        f"cd /workspace && (setsid {shlex.join(argv)} > {HOME}/run/host.log 2>&1 < /dev/null &"
+        f" echo $! > {HOME}/run/host.pid)\n"
+        f"for i in $(seq 1 1500); do\n"
+        f"  [ -f {HOME}/run/ready.json ] && exit 0\n"
+        f"  kill -0 $(cat {HOME}/run/host.pid) 2>/dev/null || break\n"
+        f"  sleep 0.2\ndone\ntail -c 3000 {HOME}/run/host.log; exit 1"
     )
-    wait = (
-        f'{PYTHON} -c "import time, urllib.request\n'
-        f"for _ in range(600):\n"
-        f"    try: urllib.request.urlopen('http://127.0.0.1:{PORT}/health', timeout=2); break\n"
-        f"    except OSError: time.sleep(0.1)\n"
-        f"else: raise SystemExit('the services did not start')\""
-    )
-    result = sandbox.exec(
-        f"cd {HOME} && (setsid {serve} > {HOME}/services.log 2>&1 < /dev/null &"
-        f" echo $! > {HOME}/services.pid) && {wait}",
-        user="root",
-        timeout=180,
-    )
-    if result.exit_code != 0:
-        log = sandbox.exec(f"tail -20 {HOME}/services.log", user="root", timeout=30).stdout
-        raise RuntimeError(f"the mock services did not start: {result.stderr.strip()} {log}")
+    done = sandbox.exec(start, user="root", timeout=400)
+    if done.exit_code != 0:
+        raise TaskSetupFailed(f"the task's services did not start: {done.stdout.strip()[-2000:]}")
 
 
-def audit(sandbox: Sandbox) -> dict[str, Any]:
-    """Every service's audit, read as root. A service that is not answering is a ServiceDown."""
-    dump = shlex.join(
-        [
-            PYTHON,
-            f"{HOME}/services.py",
-            "--port",
-            str(PORT),
-            "--token-file",
-            f"{HOME}/token",
-            "--dump",
-        ]
+def ctl(sandbox: Sandbox, *args: str, timeout: float = 600) -> dict[str, Any]:
+    """One of root's controls (sandbox/claw_ctl.py); its JSON answer."""
+    command = shlex.join([PYTHON, f"{HOME}/bin/claw_ctl.py", *args])
+    done = sandbox.exec(command, user="root", timeout=timeout, output_cap=OUTPUT_CAP)
+    if done.exit_code != 0 or done.truncated:
+        said = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
+        raise ServiceDown(f"the trusted side could not {args[0]} the episode: {said[-1][:1500]}")
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+@contextlib.contextmanager
+def verifier(episode: Sandbox, link: ProxyControl, ttl: float = 3600) -> Iterator[Sandbox]:
+    """A fresh sandbox like the episode's (its image, the payload), reaching only the proxy
+    (the judge's model), deleted afterwards."""
+    from pomona.harnesses.runner import tools_mount
+
+    spec = episode.info.spec
+    sandbox = episode._root.create_sandbox(
+        spec.image,
+        network="gateway",
+        gateway=gateway(link),
+        mounts=[tools_mount()],
+        timeout=ttl,
+        labels={"purpose": "claw-verify"},
     )
-    result = sandbox.exec(dump, user="root", timeout=120)
-    if result.exit_code != 0:
-        raise ServiceDown(
-            f"the mock services were down at grading time: "
-            f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}"
-        )
-    return json.loads(result.stdout)
+    try:
+        yield sandbox
+    finally:
+        with contextlib.suppress(Exception):
+            sandbox.delete()
+
+
+def run_grader(sandbox: Sandbox, argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run a grading program as root in the verifier sandbox; its JSON answer. A grader that
+    crashes or runs past `timeout` gives no verdict: a verifier failure, never a 0."""
+    done = sandbox.exec(shlex.join(argv), user="root", timeout=timeout, output_cap=OUTPUT_CAP)
+    if done.timed_out:
+        raise VerifierError(f"the grader ran past {timeout:.0f} s")
+    if done.exit_code != 0:
+        raise VerifierError(f"the grader failed: {done.stderr.strip()[-1500:]}")
+    try:  # the last line: graders print as they go
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise VerifierError(f"the grader gave no verdict: {done.stdout[-500:]!r}") from e

@@ -1,162 +1,214 @@
-"""Run-level scores as the two benchmarks publish them, from `episodes` rows (task, reward,
-failure_kind).
+"""Run-level figures as the two benchmarks' own scoring code computes them, from `episodes` rows
+(task, reward, failure_kind), and the way to run that code itself on a run's traces.
 
-Claw-Eval: three trials per task; a missing or errored trial is padded with a score of 0.0 up to
-three (the official procedure, which reruns broken trials by hand until three valid ones exist:
-the report says how many were padded so nobody mistakes padding for a weak model). Per task:
-avg_score, any_pass (Pass@3), all_pass (Pass^3, the primary metric), avg_pass; pass = score >=
-0.75. Pomona's own metrics (benchmarks/metrics.py) keep infra failures out instead.
+Claw-Eval (its score_summary.py): three trials expected per task; the graded trials' task
+scores, padded with 0.0 up to three (a trial that could not be graded counts 0 there, which the
+official procedure avoids by rerunning it by hand); avg_score = their sum / 3 (also when more than
+three were graded: its formula), avg_pass = avg_score >= 0.75, any_pass (Pass@3), all_pass
+(Pass^3, the primary metric since March 2026) over all of them.
 
-QwenClawBench: per task the mean of its runs' scores; headline = the mean over tasks; pass@k /
-pass^k over runs whose score is perfect (>= 1 - 1e-9); strict accuracy = the share of tasks whose
-mean is perfect.
+QwenClawBench (its benchmark.py summary, lib_grading.pass_k_stats): per task the mean of its runs'
+scores; mean_score = the mean over tasks, rounded to 4 places; pass@k / pass^k for k = 1..runs
+over runs whose score is perfect (>= 1 - 1e-9), 0 where a task has fewer than k runs; strict
+accuracy = the share of tasks whose mean is perfect. Its summary grades every run, a failed one
+too; here a run that could not run or be graded counts 0 and is counted apart.
+
+Pomona's own metrics (benchmarks/metrics.py, the leaderboard) keep infrastructure failures out
+of every rate instead.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from math import comb
+from pathlib import Path
+from typing import Any
 
-from pomona.benchmarks.claw.claw_eval import PASS_THRESHOLD
-from pomona.benchmarks.claw.qwenclawbench import PERFECT
-from pomona.benchmarks.metrics import pass_at_k, pass_hat_k
+from pomona.errors import PomonaError
+
+PASS_THRESHOLD = 0.75  # Claw-Eval's
+EXPECTED_TRIALS = 3  # Claw-Eval's
+PERFECT = 1.0 - 1e-9  # QwenClawBench's
+
+
+class ScoringError(PomonaError, RuntimeError):
+    """The benchmark's own scoring script failed on the run's results (its error is said)."""
+
 
 Row = Mapping[str, Any]
-
-
-class ClawEvalFigures(TypedDict):
-    """One task's Claw-Eval figures over its (padded) trials."""
-
-    scores: list[float]
-    padded: int
-    avg_score: float
-    any_pass: bool  # Pass@3
-    all_pass: bool  # Pass^3
-    avg_pass: float
-
-
-class QwenClawFigures(TypedDict):
-    """One task's QwenClawBench figures over its valid runs."""
-
-    scores: list[float]
-    mean: float
-    perfect: int  # runs with a perfect score
 
 
 def _by_task(rows: Iterable[Row]) -> dict[str, list[Row]]:
     out: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
-        out[row["task"]].append(row)
+        out[str(row["task"]).split("/", 1)[-1]].append(row)
     return dict(sorted(out.items()))
 
 
-def _valid(row: Row) -> bool:
+def scored(row: Row) -> bool:
     return (row.get("failure_kind") or "none") == "none" and row.get("reward") is not None
 
 
-def claw_eval_report(rows: Iterable[Row], trials: int = 3) -> dict[str, Any]:
-    """Claw-Eval's per-task and overall figures, with the official padding to `trials`."""
-    per_task: dict[str, ClawEvalFigures] = {}
-    padded_total = 0
-    for task, task_rows in _by_task(rows).items():
-        scores = [float(r["reward"]) for r in task_rows if _valid(r)][:trials]
-        padded = trials - len(scores)
-        padded_total += padded
-        scores += [0.0] * padded
-        passes = [s >= PASS_THRESHOLD for s in scores]
-        per_task[task] = {
-            "scores": scores,
-            "padded": padded,
-            "avg_score": sum(scores) / trials,
-            "any_pass": any(passes),
-            "all_pass": all(passes),
-            "avg_pass": sum(passes) / trials,
-        }
-    figures = per_task.values()
-
-    def mean(values: Iterable[float]) -> float | None:
-        return sum(values) / len(figures) if figures else None
-
+def claw_eval_task(rows: list[Row], expected: int = EXPECTED_TRIALS) -> dict[str, Any]:
+    """One task's figures over its trials, in score_summary.py's order of fields."""
+    graded = [float(r["reward"]) for r in rows if scored(r)]
+    scores = graded + [0.0] * max(0, expected - len(graded))
+    avg = sum(scores) / expected
     return {
-        "tasks": per_task,
-        "trials": trials,
-        "padded_trials": padded_total,
-        "avg_score": mean(t["avg_score"] for t in figures),
-        "pass_at_3": mean(t["any_pass"] for t in figures),
-        "pass_hat_3": mean(t["all_pass"] for t in figures),
-        "avg_pass": mean(t["avg_pass"] for t in figures),
+        "scores": scores,
+        "n_graded": len(graded),
+        "n_errors": len(rows) - len(graded),
+        "avg_score": avg,
+        "avg_pass": avg >= PASS_THRESHOLD,
+        "any_pass": any(s >= PASS_THRESHOLD for s in scores),
+        "all_pass": all(s >= PASS_THRESHOLD for s in scores),
     }
 
 
-def qwenclawbench_report(rows: Iterable[Row], ks: Iterable[int] = (1,)) -> dict[str, Any]:
-    """QwenClawBench's headline, pass@k / pass^k on perfect runs, and strict accuracy. Runs
-    that did not run (infra failures) are left out and counted."""
-    per_task: dict[str, QwenClawFigures] = {}
+def claw_eval_report(rows: Iterable[Row], expected: int = EXPECTED_TRIALS) -> dict[str, Any]:
+    """Claw-Eval's per-task and aggregate figures (score_summary.py's analyze_model)."""
+    tasks = {task: claw_eval_task(trials, expected) for task, trials in _by_task(rows).items()}
+    n = len(tasks)
+    count = {
+        k: sum(bool(t[k]) for t in tasks.values()) for k in ("avg_pass", "any_pass", "all_pass")
+    }
+    return {
+        "n_tasks": n,
+        "overall_avg_score": sum(t["avg_score"] for t in tasks.values()) / n if n else 0.0,
+        "n_avg_pass": count["avg_pass"],
+        "n_any_pass": count["any_pass"],
+        "n_all_pass": count["all_pass"],
+        "avg_pass_rate": count["avg_pass"] / n if n else 0.0,
+        "any_pass_rate": count["any_pass"] / n if n else 0.0,
+        "all_pass_rate": count["all_pass"] / n if n else 0.0,
+        "tasks": tasks,
+    }
+
+
+def _pass_at(n: int, c: int, k: int) -> float:
+    if n < k:
+        return 0.0
+    return 1.0 if c >= n else 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def _pass_pow(n: int, c: int, k: int) -> float:
+    return 0.0 if n < k else comb(c, k) / comb(n, k)
+
+
+def qwenclawbench_report(rows: Iterable[Row], runs: int = 1) -> dict[str, Any]:
+    """QwenClawBench's summary figures; `runs` per task as its --runs."""
+    per_task: dict[str, dict[str, Any]] = {}
     infra = 0
     for task, task_rows in _by_task(rows).items():
-        valid = [float(r["reward"]) for r in task_rows if _valid(r)]
-        infra += len(task_rows) - len(valid)
-        if valid:
-            per_task[task] = {
-                "scores": valid,
-                "mean": sum(valid) / len(valid),
-                "perfect": sum(s >= PERFECT for s in valid),
-            }
-    n = len(per_task)
+        scores = [float(r["reward"]) if scored(r) else 0.0 for r in task_rows]
+        infra += sum(not scored(r) for r in task_rows)
+        per_task[task] = {
+            "scores": scores,
+            "mean": statistics.mean(scores),
+            "perfect": sum(s >= PERFECT for s in scores),
+        }
     out: dict[str, Any] = {
+        "tasks_completed": len(per_task),
+        "mean_score": round(statistics.mean(t["mean"] for t in per_task.values()), 4)
+        if per_task
+        else 0.0,
+        "strict_accuracy": sum(t["mean"] >= PERFECT for t in per_task.values()) / len(per_task)
+        if per_task
+        else 0.0,
+        "not_run_or_graded": infra,
         "tasks": per_task,
-        "infra_failures": infra,
-        "headline": sum(t["mean"] for t in per_task.values()) / n if n else None,
-        "strict_accuracy": sum(t["mean"] >= PERFECT for t in per_task.values()) / n if n else None,
-        "pass_at": {},
-        "pass_hat": {},
     }
-    least = min((len(t["scores"]) for t in per_task.values()), default=0)
-    for k in ks:
-        if 1 <= k <= least:
-            out["pass_at"][k] = (
-                sum(pass_at_k(len(t["scores"]), t["perfect"], k) for t in per_task.values()) / n
-            )
-            out["pass_hat"][k] = (
-                sum(pass_hat_k(len(t["scores"]), t["perfect"], k) for t in per_task.values()) / n
-            )
+    for k in range(1, runs + 1):
+        at = [_pass_at(len(t["scores"]), t["perfect"], k) for t in per_task.values()]
+        pw = [_pass_pow(len(t["scores"]), t["perfect"], k) for t in per_task.values()]
+        out[f"pass@{k}"] = round(sum(at) / len(at), 4) if at else 0.0
+        out[f"pass^{k}"] = round(sum(pw) / len(pw), 4) if pw else 0.0
     return out
 
 
-def reports(directory: str, trials: int = 3) -> dict[str, Any]:
-    """Both benchmarks' reports for every (benchmark, harness, model) in a trajectory store."""
-    from pomona import trajectories
+# --- running Claw-Eval's own score_summary.py on a run ------------------------------------------
 
-    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
-    for row in trajectories.read(directory, "episodes").to_pylist():
-        benchmark = row.get("benchmark") or ""
-        if benchmark.startswith(("claw-eval", "qwenclawbench")) and row.get("harness"):
-            groups[(benchmark, row["harness"], row.get("model") or "")].append(row)
-    out = {}
-    for (benchmark, harness, model), rows in sorted(groups.items()):
-        report = (
-            claw_eval_report(rows, trials)
-            if benchmark.startswith("claw-eval")
-            else qwenclawbench_report(rows, ks=range(1, trials + 1))
-        )
-        out[f"{benchmark} · {harness} · {model}"] = report
+
+def export_claw_eval_traces(rows: Iterable[Row], out: Path, label: str = "pomona") -> Path:
+    """The run's trials as Claw-Eval's trace directory (OUT/LABEL/<dated>/<task>_<8 hex>.jsonl):
+    each graded trial's trace with its grading_result event (its `grading/trace.jsonl`
+    artifact), and for each trial that could not be graded a trace without one, so the
+    script counts it as an error, as it counts a crashed trial."""
+    where = out / label / "00-pomona"
+    where.mkdir(parents=True, exist_ok=True)
+    for i, row in enumerate(rows):
+        task = str(row["task"]).split("/", 1)[-1]
+        trace = _artifact(row, "grading/trace.jsonl") if scored(row) else None
+        if trace is None:
+            end = {"type": "trace_end", "failure_modes": [str(row.get("failure_message") or "")]}
+            text = json.dumps({"type": "trace_start", "task_id": task}) + "\n" + json.dumps(end)
+        else:
+            text = trace.read_text(encoding="utf-8")
+        (where / f"{task}_{i:08x}.jsonl").write_text(text + "\n", encoding="utf-8")
     return out
+
+
+def _artifact(row: Row, name: str) -> Path | None:
+    for item in row.get("artifacts") or []:
+        if item.get("name") == name and str(item.get("uri", "")).startswith("file://"):
+            path = Path(str(item["uri"])[len("file://") :])
+            return path if path.is_file() else None
+    return None
+
+
+def official_claw_eval_summary(checkout: Path, traces: Path) -> list[dict[str, Any]]:
+    """Claw-Eval's score_summary.py, from the user's checkout, on a trace directory; the JSON it
+    saves (score_summary.json)."""
+    script = checkout / "score_summary.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(traces)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(traces),
+    )
+    if done.returncode != 0:
+        raise ScoringError(f"score_summary.py failed: {done.stderr[-2000:]}")
+    result: list[dict[str, Any]] = json.loads((traces / "score_summary.json").read_text())
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m pomona.benchmarks.claw.scoring [DIR]: the published figures of recorded runs."""
+    """python -m pomona.benchmarks.claw.scoring DIR [--claw-eval CHECKOUT]: the two
+    benchmarks' figures of the Claw episodes recorded in DIR; with --claw-eval, Claw-Eval's own
+    score_summary.py on the same trials beside Pomona's."""
     import argparse
-    import json
+
+    from pomona import trajectories
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("trajectories", nargs="?", default="pomona-runs")
-    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--runs", type=int, default=EXPECTED_TRIALS, help="QwenClawBench's --runs")
+    p.add_argument("--claw-eval", type=Path, help="a Claw-Eval checkout: run its score_summary")
     args = p.parse_args(argv)
-    summary = {
-        key: {k: v for k, v in r.items() if k != "tasks"}
-        for key, r in reports(args.trajectories, args.trials).items()
-    }
+    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for row in trajectories.read(args.trajectories, "episodes").to_pylist():
+        benchmark = str(row.get("benchmark") or "")
+        if benchmark.startswith(("claw-eval", "qwenclawbench")) and row.get("harness"):
+            groups[(benchmark, row["harness"], row.get("model") or "")].append(row)
+    summary: dict[str, Any] = {}
+    for (benchmark, harness, model), rows in sorted(groups.items()):
+        key = f"{benchmark} · {harness} · {model}"
+        if benchmark.startswith("claw-eval"):
+            report = claw_eval_report(rows)
+            if args.claw_eval:
+                with tempfile.TemporaryDirectory() as tmp:
+                    traces = export_claw_eval_traces(rows, Path(tmp))
+                    report["official"] = official_claw_eval_summary(args.claw_eval, traces)
+        else:
+            report = qwenclawbench_report(rows, args.runs)
+        summary[key] = {k: v for k, v in report.items() if k != "tasks"}
     print(json.dumps(summary, indent=2, default=str))
     return 0
 
