@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,13 +95,19 @@ def main() -> None:
     if args.measure:
         print(json.dumps(asyncio.run(figures(args.measure, image, args.count))))
         return
-    state = tempfile.mkdtemp(prefix="pomona-rootless-bench-")
-    columns = {"root": asyncio.run(figures(f"{state}/local", image, args.count))}
     from pomona.orchestrator.runtimes.local import LocalRuntime
+    from tests.conftest import SESSION_TMP  # importing the tests made it this process's TMPDIR
 
-    LocalRuntime(f"{state}/local").unmount_store()
-    columns["ordinary user"] = as_the_user(image, args.count, "--measure")
-    columns["user, no worker"] = as_the_user(image, args.count, "--in-namespace")
+    state = tempfile.mkdtemp(prefix="pomona-rootless-bench-")
+    try:
+        try:
+            columns = {"root": asyncio.run(figures(f"{state}/local", image, args.count))}
+        finally:
+            LocalRuntime(f"{state}/local").unmount_store()
+        columns["ordinary user"] = as_the_user(image, args.count, "--measure")
+        columns["user, no worker"] = as_the_user(image, args.count, "--in-namespace")
+    finally:
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
     print(f"\nlocal runtime, Debian image, load {os.getloadavg()[0]:.1f} at the end\n")
     print("what".ljust(42), "| p50 ms | p90 ms | p99 ms")
     for name, f in columns.items():

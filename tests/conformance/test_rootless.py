@@ -184,11 +184,14 @@ def test_a_user_without_subordinate_ids_is_told_how_to_get_them():
         "except RuntimeUnavailable as e:\n"
         "    print('REFUSED', e)\n"
     )
-    done = _run_as(NO_SUCH_USER, NO_SUCH_USER, {"HOME": str(tmp)}, [sys.executable, "-c", code])
+    try:
+        argv = [sys.executable, "-c", code]
+        done = _run_as(NO_SUCH_USER, NO_SUCH_USER, {"HOME": str(tmp)}, argv)
+    finally:
+        shutil.rmtree(tmp)
     assert done.stdout.startswith("REFUSED"), done.stdout + done.stderr
     assert "/etc/subuid" in done.stdout and "usermod --add-subuids A-B" in done.stdout
     assert not _left_by({NO_SUCH_USER})
-    shutil.rmtree(tmp)
 
 
 # -- as the user, in the inner pytest ---------------------------------------------------------
