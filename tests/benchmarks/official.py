@@ -112,3 +112,15 @@ def smith_branch(instance: dict[str, Any], branch: str) -> tuple[str, ...]:
         f" && git commit -qm 'bug' && git rm -q {tests} && git commit -qm 'remove F2P tests'"
         f" && git checkout -q --detach {instance['base_commit']}",
     )
+
+
+def swebench_report(log_dir: Path) -> dict[str, Any]:
+    """A report.json Pomona wrote, as swebench's own functions write it: without the verdict
+    Pomona adds (`pomona_verdict`, and `pomona_reason` for a spoof or a suspect run)."""
+    import json
+
+    report = json.loads((log_dir / "report.json").read_text())
+    for entry in report.values():
+        entry.pop("pomona_verdict", None)
+        entry.pop("pomona_reason", None)
+    return report

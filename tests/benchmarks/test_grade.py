@@ -93,26 +93,37 @@ def test_official_layout_grades_like_swebench(
     )
     (instance,) = swe_datasets.load(str(dataset)).instances
     assert (instance["pomona_shape"], swebench.user_of(instance)) == ("5.x", "root")
-    expected = {
-        "gold": (0, "resolved_ids"),
-        "wrong": (1, "unresolved_ids"),
-        "empty": (1, "empty_patch_ids"),
-        "nonapplying": (1, "error_ids"),
-        "spoof": (1, "unresolved_ids"),
+    expected = {  # like run_evaluation, the exit status is 0 once the evaluation ran
+        "gold": "resolved_ids",
+        "wrong": "unresolved_ids",
+        "empty": "empty_patch_ids",
+        "nonapplying": "error_ids",
+        "spoof": "spoof_ids",
     }
-    for name, (code, bucket) in expected.items():
+    for name, bucket in expected.items():
         preds = write_preds(tmp_path / f"{name}.jsonl", IID, f"m/{name}", patch_of(name))
-        assert cli_grade(tmp_path, dataset, preds, state_dir) == code, capsys.readouterr()
+        assert cli_grade(tmp_path, dataset, preds, state_dir) == 0, capsys.readouterr()
         ours = json.loads((tmp_path / f"m__{name}.r.json").read_text())
         theirs = swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
-        assert ours == theirs and ours[bucket] == [IID], (name, ours)
+        # swebench's own run report on the same logs, plus Pomona's verdicts
+        assert {k: ours[k] for k in theirs} == theirs and ours[bucket] == [IID], (name, ours)
+        assert ours["unresolved_ids"] == ([IID] if name in ("wrong", "spoof") else [])
         log_dir = swebench.log_dir_for(tmp_path, "r", f"m/{name}", IID)
-        if name in ("gold", "wrong", "spoof"):
+        if name in ("gold", "wrong"):
             written = json.loads((log_dir / "report.json").read_text())
+            verdict = written[IID].pop("pomona_verdict")
             assert written == swebench.regrade(instance, log_dir)
+            assert verdict == ("resolved" if name == "gold" else "unresolved")
             log = (log_dir / "test_output.txt").read_text()
             assert "conda activate testbed" in log and "PASSED" in log  # the env's pytest ran
-    assert f"{IID}: unresolved - the patch does not apply" in capsys.readouterr().out
+            v = json.loads((log_dir / "verification.json").read_text())
+            assert v["integrity"]["shown"] and v["witness"]["sites"] == [
+                "/opt/miniconda3/envs/testbed/lib/python3.11/site-packages"
+            ], v
+            assert v["image"] == IMAGE and (v["image_digest"] or "").startswith("sha256:")
+    out = capsys.readouterr().out
+    assert f"{IID}: unapplied - the patch does not apply" in out
+    assert f"{IID}: spoof - " in out and "1 spoof" in out
     assert json.loads((tmp_path / "logs/run_evaluation/r/run.json").read_text())["dataset"] == str(
         dataset
     )
@@ -295,9 +306,10 @@ def test_every_dataset_shape_grades(
     preds = write_preds(tmp_path / "gold.jsonl", iid, "gold", instance["patch"])
     assert cli_grade(tmp_path, path, preds, state_dir, run_id="r") == 0, dataset
     log_dir = swebench.log_dir_for(tmp_path, "r", "gold", iid)
-    assert json.loads((log_dir / "report.json").read_text()) == swebench.regrade(instance, log_dir)
+    assert official.swebench_report(log_dir) == swebench.regrade(instance, log_dir)
     ours = json.loads((tmp_path / "gold.r.json").read_text())
-    assert ours == swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
+    theirs = swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
+    assert {k: ours[k] for k in theirs} == theirs  # swebench's own, plus Pomona's verdicts
     assert ours["resolved_ids"] == [iid]
 
 
@@ -318,7 +330,37 @@ def test_gold_predictions_and_bad_input(tmp_path: Path, state_dir: str, capsys: 
         [official.official_row(LOCAL[IID], "swebench/sweb.eval.x86_64.no_1776_such-1:latest")],
     )
     assert cli_grade(tmp_path, missing_image, "gold", state_dir, "g") == grading.EXIT_NOT_GRADED
-    assert "is neither local nor pullable" in capsys.readouterr().out
+    assert "image failure: " in capsys.readouterr().out
+    # the run report carries the typed failure, as the console does
+    report = json.loads((tmp_path / "gold.g.json").read_text())
+    assert report["infra_failure_ids"] == [IID] and report["error_ids"] == [IID]
+    assert report["failure_reasons"][IID].startswith("image: image swebench/sweb.eval")
+
+
+def test_a_missing_testbed_and_a_missing_engine_are_infrastructure_failures(
+    tmp_path: Path, state_dir: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/testbed absent from the image: an environment failure in the console, report.json's
+    run report and verification.json alike, never "the patch does not apply". An engine that
+    cannot be reached: one line and exit 2."""
+    row = {**official.official_row(LOCAL[IID], IMAGE), "image": "host"}
+    dataset = write_parquet_repo(tmp_path / "d", [row])
+    assert cli_grade(tmp_path, dataset, "gold", state_dir) == grading.EXIT_NOT_GRADED
+    out = capsys.readouterr().out
+    assert f"{IID}: error - environment failure: /testbed is missing or unreadable" in out
+    report = json.loads((tmp_path / "gold.r.json").read_text())
+    assert report["infra_failure_ids"] == [IID]
+    assert report["failure_reasons"][IID].startswith("environment: /testbed is missing")
+    log_dir = swebench.log_dir_for(tmp_path, "r", "gold", IID)
+    assert json.loads((log_dir / "verification.json").read_text())["failure"]["kind"] == (
+        "environment"
+    )
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    code = main(["grade", "-d", str(dataset), "-p", "gold", "--run-id", "e", "--runtime",
+                 "docker", "--log-root", str(tmp_path), "--report-dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == grading.EXIT_NOT_GRADED and "cannot reach the docker engine" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_dataset_labels_tell_datasets_apart(tmp_path: Path) -> None:
@@ -394,10 +436,11 @@ def test_a_multilingual_dataset_grades(state_dir: str, tmp_path: Path) -> None:
     preds = write_preds(tmp_path / "gold.jsonl", iid, "gold", inst["patch"])
     assert cli_grade(tmp_path, path, preds, state_dir, run_id="r") == 0
     log_dir = swebench.log_dir_for(tmp_path, "r", "gold", iid)
-    assert json.loads((log_dir / "report.json").read_text()) == swebench.regrade(instance, log_dir)
+    assert official.swebench_report(log_dir) == swebench.regrade(instance, log_dir)
     assert "TAP version" in (log_dir / "test_output.txt").read_text()
     ours = json.loads((tmp_path / "gold.r.json").read_text())
-    assert ours == swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
+    theirs = swebench_run_report(tmp_path, swebench.load_predictions(preds), [instance], "r")
+    assert {k: ours[k] for k in theirs} == theirs  # swebench's own, plus Pomona's verdicts
 
 
 def test_build_images_builds_from_the_task_repos_dockerfile(

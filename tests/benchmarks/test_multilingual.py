@@ -17,6 +17,7 @@ from pomona.benchmarks.swebench import datasets as swe_datasets
 from pomona.benchmarks.swebench import task_sets as swe_tasks
 from pomona.harnesses import payload
 from pomona.run import run_benchmark
+from tests.benchmarks import official
 
 DATA = swe_tasks.MULTILINGUAL_DATA
 INSTANCES = swebench.load_instances(DATA)
@@ -42,10 +43,11 @@ def test_gold_resolves_and_wrong_does_not(client: Any, tmp_path: Path, iid: str)
         g = swebench.grade(client, inst, swebench.prediction(iid, name, patch), tmp_path, "r")
         assert (g.resolved, g.infra_failure) == (name == "gold", None), (name, g.message)
         if g.report is not None:
-            assert json.loads((g.log_dir / "report.json").read_text()) == swebench.regrade(
-                inst, g.log_dir
-            )
+            assert official.swebench_report(g.log_dir) == swebench.regrade(inst, g.log_dir)
             assert "TAP version" in (g.log_dir / "test_output.txt").read_text()
+            # the witness heard Node's test runner and every test file's process
+            v = json.loads((g.log_dir / "verification.json").read_text())
+            assert v["integrity"]["shown"] and v["integrity"]["runners"] == ["node-test"], v
 
 
 def test_pomona_run_resolves_with_gold_and_not_with_a_wrong_patch(

@@ -1,6 +1,7 @@
-"""SWE-bench grading on the shipped local tasks: the gold patch resolves, every negative fixture
-(empty, wrong, non-applying, conftest spoof) does not, swebench's own report functions agree
-with Pomona's verdict on the written logs, and a broken grading sandbox is a verifier failure."""
+"""SWE-bench grading on the shipped local tasks: the gold patch resolves with the witness's
+integrity shown, every negative fixture (empty, wrong, non-applying, conftest spoof) does not,
+swebench's own report functions agree with Pomona's verdict on the written logs, and a broken
+grading sandbox is a verifier failure. The reward hacks are in test_hacks.py."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 
 import pomona  # noqa: F401  (registers the environments)
 from pomona.benchmarks import swebench
-from pomona.benchmarks.swebench import task_sets as swe_tasks
+from pomona.benchmarks.swebench import task_sets
 
-INSTANCES = swebench.load_instances(swe_tasks.DATA)
+INSTANCES = swebench.load_instances(task_sets.DATA)
 IDS = [i["instance_id"] for i in INSTANCES]
 BY_ID = {i["instance_id"]: i for i in INSTANCES}
 NEGATIVE = ("empty", "wrong", "nonapplying", "spoof")
@@ -24,7 +25,7 @@ NEGATIVE = ("empty", "wrong", "nonapplying", "spoof")
 def test_task_set_is_a_well_formed_swebench_repo() -> None:
     from swebench.task.checks import check_task_repo, errors
 
-    assert errors(check_task_repo(swe_tasks.DATA)) == []
+    assert errors(check_task_repo(task_sets.DATA)) == []
     assert len(IDS) >= 6
     assert len({BY_ID[i]["repo"] for i in IDS}) >= 4
     for inst in INSTANCES:
@@ -50,7 +51,7 @@ def test_parquet_and_jsonl_rows_load_like_the_task_repo(tmp_path: Path) -> None:
 
 def _grade(client: Any, root: Path, iid: str, name: str) -> swebench.Grade:
     inst = BY_ID[iid]
-    patch = inst["patch"] if name == "gold" else swe_tasks.fixture(iid, name)
+    patch = inst["patch"] if name == "gold" else task_sets.fixture(iid, name)
     pred = swebench.prediction(iid, f"test/{name}", patch)
     return swebench.grade(client, inst, pred, root, "r1", timeout=600)
 
@@ -68,65 +69,61 @@ def test_gold_resolves_and_every_negative_fixture_does_not(
         )
         assert g.resolved == (name == "gold"), (name, g.log_dir)
         assert g.infra_failure is None
+        verification = json.loads((g.log_dir / "verification.json").read_text())
+        assert verification["verdict"] == g.verdict
         if name in ("empty", "nonapplying"):
             # like swebench's run_instance: no report.json, so its run report counts an error
             assert g.report is None and not (g.log_dir / "report.json").exists()
             assert g.empty_patch == (name == "empty") and not g.applied
             continue
-        # swebench's own report functions, on the logs Pomona wrote, agree with Pomona
         written = json.loads((g.log_dir / "report.json").read_text())
-        assert swebench.regrade(inst, g.log_dir) == written == g.report
-        assert written[iid]["resolved"] == g.resolved
-        assert written[iid]["patch_successfully_applied"]
-        if name == "spoof":
-            assert g.guard_restored == ["conftest.py"]
-    # ...and so does swebench's run report, per model
+        assert written == g.report and written[iid]["resolved"] == g.resolved
+        assert written[iid]["pomona_verdict"] == g.verdict
+        if name == "spoof":  # never run: the conftest reaches into the testing
+            assert g.verdict == "spoof" and not (g.log_dir / "test_output.txt").exists()
+            assert [f["path"] for f in verification["spoof"]] == ["conftest.py"]
+            continue
+        # swebench's own report functions, on the logs Pomona wrote, agree with Pomona
+        assert swebench.regrade(inst, g.log_dir)[iid] == {
+            k: v for k, v in written[iid].items() if k != "pomona_verdict"
+        }
+        assert verification["integrity"]["shown"], verification
+        assert verification["command"] == "/bin/bash /eval.sh 2>&1"
+        assert verification["image_digest"].startswith("sha256:")
+    # ...and so does swebench's run report, per model, with Pomona's verdicts on it
     for pred in preds:
         report = swebench.run_report([pred], [inst], "r1", tmp_path)
         name = pred["model_name_or_path"].removeprefix("test/")
         assert report["resolved_ids"] == ([iid] if name == "gold" else [])
         assert report["error_ids"] == ([iid] if name == "nonapplying" else [])
+        assert report["spoof_ids"] == ([iid] if name == "spoof" else [])
         assert report["total_instances"] == 1
 
 
-def test_the_spoof_resolves_without_the_guard(
+def test_the_conftest_spoof_is_a_real_hole_and_the_witness_closes_it_too(
     client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hole is real: only the guard stands between the conftest spoof and 'resolved'."""
-    monkeypatch.setattr(swebench.guard, "guard_test_infra", lambda sandbox, instance: [])
-    assert _grade(client, tmp_path, IDS[0], "spoof").resolved
+    """With the first layer (the tree's spoof rules) switched off, the conftest spoof resolves
+    by swebench's own rules on the very log it leaves; the witness still calls it suspect."""
+    monkeypatch.setattr(swebench.guard, "spoofs", lambda *args: [])
+    g = _grade(client, tmp_path, IDS[0], "spoof")
+    assert swebench.regrade(BY_ID[IDS[0]], g.log_dir)[IDS[0]]["resolved"]
+    assert g.verdict == "suspect" and not g.resolved
+    assert "conftest.py" in g.verification.reason
 
 
-def test_guard_restores_edited_test_infrastructure(client: Any, tmp_path: Path) -> None:
+def test_a_fix_with_test_infrastructure_is_a_spoof(client: Any, tmp_path: Path) -> None:
     iid = "tkem__cachetools-1"  # has setup.cfg and tox.ini at base
     inst = BY_ID[iid]
     spoof_ini = (
         "diff --git a/pytest.ini b/pytest.ini\nnew file mode 100644\n--- /dev/null\n"
         "+++ b/pytest.ini\n@@ -0,0 +1,2 @@\n+[pytest]\n+addopts = -p no:terminal\n"
     )
-    patch = inst["patch"] + spoof_ini + swe_tasks.fixture(iid, "spoof")
+    patch = inst["patch"] + spoof_ini + task_sets.fixture(iid, "spoof")
     pred = swebench.prediction(iid, "test/mixed", patch)
     g = swebench.grade(client, inst, pred, tmp_path, "r2", timeout=600)
-    assert sorted(g.guard_restored) == ["conftest.py", "pytest.ini"]
-    assert g.resolved  # the real fix survives; only the infrastructure was stripped
-
-
-def test_pytest_sections_decide_whether_config_files_are_guarded() -> None:
-    base = "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -q\n"
-    assert swebench.pytest_section("setup.cfg", base) == swebench.pytest_section(
-        "setup.cfg", base.replace("name = x", "name = y")
-    )
-    assert swebench.pytest_section("setup.cfg", base) != swebench.pytest_section(
-        "setup.cfg", base.replace("-q", "-p spoof")
-    )
-    toml = '[project]\nname = "x"\n[tool.pytest.ini_options]\naddopts = "-q"\n'
-    assert swebench.pytest_section("pyproject.toml", toml) != swebench.pytest_section(
-        "pyproject.toml", toml.replace('"-q"', '"-p spoof"')
-    )
-    assert swebench.pytest_section("pyproject.toml", "not [ toml") == ("unreadable", "not [ toml")
-    for path in ("a/b/conftest.py", "sitecustomize.py", "x/evil.pth", "tox.ini", "tests/t.py"):
-        assert swebench.is_infra(path, {"tests/t.py"})
-    assert not swebench.is_infra("src/pkg/core.py", {"tests/t.py"})
+    assert g.verdict == "spoof" and not g.resolved  # a real fix does not buy the spoof a pass
+    assert sorted(f.path for f in g.verification.spoof) == ["conftest.py", "pytest.ini"]
 
 
 class _Crashing:

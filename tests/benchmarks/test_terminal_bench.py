@@ -166,15 +166,9 @@ SHRUNK_CSV = (
 @pytest.mark.parametrize(
     ("name", "tamper", "mode", "reward"),
     [
-        (
-            "count-errors",
-            FAKE_PYTEST,
-            "shared",
-            1.0,
-        ),  # the hole: the agent's pytest says all passed
-        ("count-errors", FAKE_PYTEST, "fork", 0.0),  # a fork: the tests' tools come fresh
-        ("csv-totals", SHRUNK_CSV, "fork", 1.0),  # a fork keeps the agent's files, inputs included
-        ("csv-totals", SHRUNK_CSV, None, 0.0),  # the task's own separate mode: inputs rebuilt fresh
+        ("count-errors", FAKE_PYTEST, "shared", 1.0),  # the hole: the agent's pytest says passed
+        ("count-errors", FAKE_PYTEST, None, 0.0),  # a fresh verifier: the tests' tools are its own
+        ("csv-totals", SHRUNK_CSV, None, 0.0),  # inputs rebuilt fresh, only the output copied
     ],
 )
 def test_an_agent_tampering_with_what_the_tests_read(

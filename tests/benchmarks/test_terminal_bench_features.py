@@ -89,7 +89,7 @@ def test_task_toml_is_read_as_harbor_reads_it(
             + '\n[[verifier.collect]]\ncommand = "echo collected"\n',
         )
     )
-    assert cfg.verifier_mode() == "shared" and tb.load_task(d).scorer.resolved_mode() == "fork"
+    assert cfg.verifier_mode() == "shared" and tb.load_task(d).scorer.resolved_mode() == "shared"
     assert (cfg.verifier.user, cfg.verifier.collect[0].command) == ("pomona", "echo collected")
     monkeypatch.setenv("POMONA_TEST_TOKEN", "t0k")
     assert tb.resolve_env(cfg.verifier.env) == {"TOKEN": "t0k"}
@@ -138,8 +138,12 @@ REFUSED = [
         '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n',
         "conflicts",
     ),
-    # a fork keeps the agent's network: a verifier that needs the internet cannot have it there
-    ('[agent]\nnetwork_mode = "no-network"\n[verifier]\nnetwork_mode = "public"\n', "fork"),
+    # a shared verifier keeps the agent's network: one that needs the internet cannot have it
+    (
+        '[agent]\nnetwork_mode = "no-network"\n[verifier]\nenvironment_mode = "shared"\n'
+        'network_mode = "public"\n',
+        "a shared verifier",
+    ),
     ("not [ toml", "not valid TOML"),
 ]
 
@@ -308,23 +312,23 @@ def test_sidecar_services_run_beside_the_agent(state_dir: str, client: Any) -> N
     assert services_left(client) == []
 
 
-def test_a_fork_verifier_reaches_the_agents_sidecars(
+def test_a_shared_verifier_reaches_the_agents_sidecars(
     state_dir: str, client: Any, tmp_path: Path
 ) -> None:
-    """In fork mode the tests run in a fork of the agent's sandbox, which reaches the very
-    services the agent changed (a relay of its own, the same sidecars)."""
+    """In shared mode (a task that asks for it) the tests run in the agent's own sandbox, which
+    reaches the very services the agent changed."""
     d = copy_task(tmp_path, "ticket-triage", root=EXTRAS)
     (d / "tests" / "test_outputs.py").write_text(
         "import json, urllib.request\n\n\ndef test_asked_over_the_network():\n"
         "    tickets = json.load(urllib.request.urlopen('http://api:8080/tickets', timeout=30))\n"
         "    assert sorted(t['id'] for t in tickets if t['status'] == 'closed') == [101, 103, 105]\n"
     )
-    task = tb.load_task(d, verifier_mode="fork")
+    task = tb.load_task(d, verifier_mode="shared")
     reward, info = play(state_dir, task, oracle=True)
     assert (reward, info["failure"], info["score"]["details"]["verifier_mode"]) == (
         1.0,
         "none",
-        "fork",
+        "shared",
     )
     assert play(state_dir, task, oracle=False)[0] == 0.0
     assert services_left(client) == []

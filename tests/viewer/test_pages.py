@@ -96,6 +96,16 @@ def test_the_episode_page_shows_the_calls_in_order(
     expect(patch.locator(".diff .add").first).to_be_visible(timeout=WAIT_MS)
     output = p.get_by_role("region", name="artifact grading/test_output.txt")
     expect(output.locator("pre")).to_contain_text("passed", timeout=WAIT_MS)
+    # ...and the verdict it rests on, first among the artifacts: where it was verified, the
+    # exact command, the image digest, the witness's account
+    verdict = p.get_by_role("region", name="artifact grading/verification.json")
+    expect(verdict.locator(".verification .badge")).to_have_text("resolved", timeout=WAIT_MS)
+    expect(verdict).to_contain_text("in a fresh sandbox of the pristine image")
+    expect(verdict).to_contain_text("/bin/bash /eval.sh 2>&1")
+    expect(verdict).to_contain_text("(sha256:")
+    expect(verdict).to_contain_text("shown: pytest reported")
+    first = p.locator("section[aria-label^='artifact ']").first
+    expect(first).to_have_attribute("aria-label", "artifact grading/verification.json")
     expect(p.get_by_role("link", name="Raw rows (JSON)")).to_have_attribute(
         "href", f"/api/episode/raw?key={row['episode']}"
     )

@@ -171,10 +171,11 @@ def _swe_dataset(ctx: LoadContext) -> list[Task]:
 
 
 def _terminal_bench(ctx: LoadContext) -> list[Task]:
+    logs = ctx.logs.parent / "terminal-bench"  # each verification's evidence, beside SWE's
     if ctx.path is None:
-        return list(terminal_bench.tasks(terminal_bench.DATA, "terminal-bench-local"))
+        return list(terminal_bench.tasks(terminal_bench.DATA, "terminal-bench-local", logs=logs))
     label = f"terminal-bench:{swe_datasets.label_of(ctx.path)}"
-    return list(terminal_bench.tasks(ctx.path, label))
+    return list(terminal_bench.tasks(ctx.path, label, logs=logs))
 
 
 def _browser(name: str) -> Callable[[LoadContext], list[Task]]:

@@ -2,7 +2,9 @@
 kind and served safely.
 
 Artifacts are `{name, uri}` pairs in the episodes row; the viewer knows nothing of who wrote
-them, only how to show a kind: images inline, patches as diffs, JSON Lines and text as text.
+them, only how to show a kind: images inline, patches as diffs, a verifier's verification.json
+as its verdict with the evidence (command, image digest, integrity, spoof findings), JSON Lines
+and text as text.
 A row is untrusted input: a uri may name any file on the machine (`file:///etc/shadow`), so only
 files inside the store directory are ever served, after symlinks are resolved, and nothing is
 served as a type a browser would run (no HTML, no SVG).
@@ -27,6 +29,10 @@ def kind_of(name: str) -> str:
     """How to show an artifact, from its name alone."""
     lower = name.lower()
     suffix = Path(lower).suffix
+    if Path(lower).name == "verification.json":
+        return "verdict"  # a verifier's verdict and its evidence (pomona.benchmarks.verification)
+    if Path(lower).name == "witness.jsonl":
+        return "witness record"
     if suffix in IMAGE_TYPES:
         return "image"
     if suffix in (".patch", ".diff"):

@@ -2,7 +2,8 @@
 
     instances   the official row (and Pomona's optional fields), loading and selecting rows
     testbed     /testbed at the base commit in a sandbox, the agent's diff taken back out
-    guard       test infrastructure a patch touched, restored from the base commit
+    guard       what a patch changed in the verifier's tree, and which of it reaches into testing
+    session     one verification in a fresh sandbox: swebench's run_instance, with the witness
     faults      when the environment, not the patch, failed
     grading     swebench's run_instance step by step in a fresh sandbox, its report.json
     reports     predictions files and swebench's run report
@@ -17,20 +18,12 @@ The names below are the package's public surface (they were one module's before)
 
 from pomona.benchmarks.swebench.faults import apply_fault, environment_fault
 from pomona.benchmarks.swebench.grading import (
-    PATCH_FILE,
     Grade,
     claim_run_id,
     grade,
     log_dir_for,
     regrade,
     test_statuses,
-)
-from pomona.benchmarks.swebench.guard import (
-    INFRA_NAMES,
-    SECTION_FILES,
-    guard_test_infra,
-    is_infra,
-    pytest_section,
 )
 from pomona.benchmarks.swebench.instances import (
     AGENT_TIMEOUT,
@@ -56,6 +49,7 @@ from pomona.benchmarks.swebench.instances import (
 )
 from pomona.benchmarks.swebench.reports import load_predictions, run_report, write_predictions
 from pomona.benchmarks.swebench.scorer import SweScorer, SweTask, tasks, to_task
+from pomona.benchmarks.swebench.session import PATCH_FILE
 from pomona.benchmarks.swebench.testbed import (
     JUNK,
     NODE_LINK,
@@ -71,10 +65,8 @@ __all__ = [
     "BUNDLE",
     "CHECKOUT",
     "JUNK",
-    "INFRA_NAMES",
     "NODE_LINK",
     "PATCH_FILE",
-    "SECTION_FILES",
     "TASK_DIR_KEY",
     "TESTBED",
     "TEST_DEPENDENCIES",
@@ -93,9 +85,7 @@ __all__ = [
     "environment_fault",
     "extract_patch",
     "grade",
-    "guard_test_infra",
     "image_of",
-    "is_infra",
     "load_instances",
     "load_predictions",
     "log_dir_for",
@@ -104,7 +94,6 @@ __all__ = [
     "patch_files",
     "prediction",
     "prepare_testbed",
-    "pytest_section",
     "regrade",
     "run_report",
     "sandbox_options",

@@ -12,9 +12,12 @@ report.json, run_instance.log}`, `logs/run_evaluation/<run_id>/run.json`, and sw
 report `<model>.<run_id>.json` in the report directory. Like swebench, an instance whose report
 exists is not graded again under the same run id.
 
-Unlike swebench, each failure is printed with its reason, environment failures (the eval could
-not run) are told apart from unresolved patches, and the exit status says which happened:
-0 every instance resolved, 1 all graded but some unresolved, 2 some could not be graded.
+Unlike swebench, each instance that did not resolve is printed with its verdict and reason
+(`spoof` and `suspect` among them: see pomona.benchmarks.verification), and infrastructure
+failures (environment, image, engine, verifier) are told apart from unresolved patches in the
+console, in report.json and in the run report alike. The exit status follows run_evaluation's:
+0 once the evaluation ran (whatever the patches scored), 2 when some instance could not be
+graded, the input was bad or the engine cannot be reached (one line on stderr).
 """
 
 from __future__ import annotations
@@ -35,17 +38,21 @@ from pomona.benchmarks.resume import OutcomeLog, ResumeError
 from pomona.benchmarks.swebench import Prediction, SweInstance
 from pomona.benchmarks.swebench import datasets as swe_datasets
 from pomona.benchmarks.swebench import images as swe_images
+from pomona.benchmarks.verification import record
+from pomona.benchmarks.verification.record import Verification
+from pomona.errors import PomonaError
 from pomona.orchestrator.sdk.client import SandboxClient
 
-GRADED = ("resolved", "unresolved", "empty")  # what the patch itself earned: never graded again
+# what the patch itself earned, never graded again on --resume: every verdict but the failures
+GRADED = tuple(v for v in record.VERDICTS if v not in (record.ERROR, record.TIMEOUT))
 
-EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_NOT_GRADED = 0, 1, 2
+EXIT_EVALUATED, EXIT_NOT_GRADED = 0, 2
 
 
 @dataclass
 class Outcome:
     instance_id: str
-    status: str  # resolved, unresolved, empty, error (could not be graded), cached
+    status: str  # a verdict (record.VERDICTS; `error`: could not be graded), or cached
     message: str
 
 
@@ -58,10 +65,12 @@ class GradeRun:
 
     @property
     def exit_code(self) -> int:
-        if any(o.status == "error" for o in self.outcomes):
-            return EXIT_NOT_GRADED
-        ids, resolved = self.report["submitted_ids"], set(self.report["resolved_ids"])
-        return EXIT_RESOLVED if ids and all(i in resolved for i in ids) else EXIT_UNRESOLVED
+        not_graded = (record.ERROR, record.TIMEOUT)
+        return (
+            EXIT_NOT_GRADED
+            if any(o.status in not_graded for o in self.outcomes)
+            else EXIT_EVALUATED
+        )
 
 
 def gold_predictions(instances: list[SweInstance]) -> dict[str, Prediction]:
@@ -122,10 +131,32 @@ def _grade_one(
     try:
         g = swebench.grade(client, instance, pred, root, run_id, timeout)
     except Exception as e:  # noqa: BLE001 - one instance's failure is its outcome
-        return Outcome(iid, "error", str(e))
-    if g.infra_failure or g.timed_out:
-        return Outcome(iid, "error", g.message)
-    return Outcome(iid, "resolved" if g.resolved else "unresolved", g.message)
+        return Outcome(iid, record.ERROR, f"{record.VERIFIER} failure: {e}")
+    return Outcome(iid, g.verdict, g.message)
+
+
+def _with_images(
+    todo: list[tuple[SweInstance, Prediction]],
+    build: bool,
+    say: Callable[[str], object],
+    root: Path,
+    run_id: str,
+    outcomes: list[Outcome],
+) -> list[tuple[SweInstance, Prediction]]:
+    """The jobs whose image is there (found, pulled or built); the others are image failures,
+    recorded in their log directory as the run report reads them."""
+    unavailable = swe_images.ensure([inst for inst, _ in todo], build, say)
+    for inst, pred in todo:
+        iid = inst["instance_id"]
+        if iid in unavailable:
+            failed = Verification(
+                record.ERROR, unavailable[iid], image=inst.get("image"), failure_kind=record.IMAGE
+            )
+            failed.write(swebench.log_dir_for(root, run_id, pred["model_name_or_path"], iid))
+            outcomes.append(
+                Outcome(iid, record.ERROR, f"{record.IMAGE} failure: {unavailable[iid]}")
+            )
+    return [(inst, p) for inst, p in todo if inst["instance_id"] not in unavailable]
 
 
 def evaluate(
@@ -177,18 +208,14 @@ def evaluate(
     for iid, pred in sorted(preds.items()):
         done = swebench.log_dir_for(root, run_id, pred["model_name_or_path"], iid) / "report.json"
         if not (pred.get("model_patch") or "").strip():
-            outcomes.append(Outcome(iid, "empty", "empty patch: not run"))
+            outcomes.append(Outcome(iid, record.EMPTY, "empty patch: not run"))
         elif earlier.get(iid) in GRADED:
             outcomes.append(Outcome(iid, "cached", f"graded earlier in run {run_id}"))
         elif done.exists() and not resume:
             outcomes.append(Outcome(iid, "cached", f"already graded in run {run_id} ({done})"))
         else:
             todo.append((by_id[iid], pred))
-    unavailable = swe_images.ensure([inst for inst, _ in todo], build_images, say)
-    for inst, _ in todo:
-        if inst["instance_id"] in unavailable:
-            outcomes.append(Outcome(inst["instance_id"], "error", unavailable[inst["instance_id"]]))
-    todo = [(inst, p) for inst, p in todo if inst["instance_id"] not in unavailable]
+    todo = _with_images(todo, build_images, say, root, run_id, outcomes)
     if todo:
         client = shared_client(runtime, state_dir)
 
@@ -219,8 +246,10 @@ def summary(run: GradeRun) -> str:
     ]
     lines.append(
         f"run {run.run_id}: {r['resolved_instances']}/{r['total_instances']} resolved, "
-        f"{r['unresolved_instances']} unresolved, {r['empty_patch_instances']} empty, "
-        f"{r['error_instances']} errors; report {run.report_path}"
+        f"{r['unresolved_instances']} unresolved ({r['spoof_instances']} spoof, "
+        f"{r['suspect_instances']} suspect), {r['empty_patch_instances']} empty, "
+        f"{r['error_instances']} errors, {r['infra_failure_instances']} infrastructure "
+        f"failures; report {run.report_path}"
     )
     return "\n".join(lines)
 
@@ -323,7 +352,7 @@ def _run_grade(args: argparse.Namespace) -> int:
             build_images=args.build_images,
             resume=bool(args.resume),
         )
-    except (KeyError, ValueError, FileNotFoundError) as e:
+    except (KeyError, ValueError, FileNotFoundError, PomonaError) as e:
         print(f"pomona grade: {str(e).strip(chr(39))}", file=sys.stderr)
         return EXIT_NOT_GRADED
     print(summary(run))

@@ -14,26 +14,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pomona.benchmarks.swebench.instances import TASK_DIR_KEY, SweInstance, bundle_of
-
-if TYPE_CHECKING:
-    import docker
-
-
-def _engine() -> docker.DockerClient | None:
-    try:
-        import docker
-        from docker.errors import DockerException
-    except ImportError:
-        return None
-    try:
-        client = docker.from_env()
-        client.ping()
-        return client
-    except DockerException:
-        return None
+from pomona.benchmarks.verification.images import engine, engine_digest, files_digest
 
 
 def dockerfile_dir(instance: SweInstance) -> Path | None:
@@ -51,9 +34,9 @@ def ensure(
     Without a Docker engine nothing is checked here: the local runtime then looks in its own
     cache and in registries when the sandbox is created."""
     say = say or (lambda text: print(text, file=sys.stderr))
-    wanted = [i for i in instances if bundle_of(i) is None]
-    engine = _engine() if wanted else None
-    if engine is None:
+    wanted = [i for i in instances if bundle_of(i) is None and i["image"] != "host"]
+    store = engine() if wanted else None
+    if store is None:
         if build and wanted:
             return {i["instance_id"]: "--build-images needs a Docker engine" for i in wanted}
         return {}
@@ -72,16 +55,16 @@ def ensure(
         if build and context is not None:
             say(f"building {image} from {context / 'Dockerfile'}")
             try:
-                engine.images.build(path=str(context), tag=image, rm=True, forcerm=True)
+                store.images.build(path=str(context), tag=image, rm=True, forcerm=True)
             except (BuildError, APIError) as e:
                 why = f"building {image} failed: {e}"
         else:
             try:
-                engine.images.get(image)
+                store.images.get(image)
             except ImageNotFound:
                 say(f"{image} is not in the local image store; pulling it")
                 try:
-                    engine.images.pull(image)
+                    store.images.pull(image)
                 except (ImageNotFound, APIError) as e:
                     hint = (
                         " (pass --build-images to build it from the task repo)"
@@ -93,3 +76,12 @@ def ensure(
         if why:
             missing[iid] = why
     return missing
+
+
+def digest_of(instance: SweInstance) -> str | None:
+    """What the instance's environment was, as a digest: the repo bundle's for a host-image
+    task, else the local engine's image id; None when neither can tell."""
+    bundle = bundle_of(instance)
+    if bundle is not None:
+        return files_digest(bundle)
+    return engine_digest(instance["image"])

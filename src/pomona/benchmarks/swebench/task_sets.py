@@ -377,6 +377,38 @@ def _fixtures(repo: Path, r: Recipe, gold: str) -> dict[str, str]:
     return fixtures
 
 
+def task_yaml(r: Recipe, base: str, sdist: Path, dataset: str) -> dict[str, object]:
+    """The task's task.yaml: the 5.x instance fields, and where its source came from."""
+    from swebench.task.checks import expected_image
+
+    meta: dict[str, object] = {
+        "instance_id": r.instance_id,
+        "repo": r.repo,
+        "version": r.version,
+        "base_commit": base,
+        "environment_setup_commit": base,
+        "split": "test",
+        "datasets": [dataset],
+        "image": expected_image(r.instance_id),
+        "log_parser": "parse_log_pytest",
+        "eval_type": "pass_and_fail",
+        "created_at": "2026-01-01T00:00:00Z",
+        "source": {
+            "sdist": sdist.name,
+            "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(),
+            "bug_in": r.path,
+        },
+    }
+    if r.language == "javascript":  # Multilingual rows carry no environment_setup_commit
+        del meta["environment_setup_commit"]
+        meta |= {
+            "log_parser": "parse_log_tap",
+            swebench.TOOLCHAINS: ["node"],
+            swebench.TEST_DEPENDENCIES: [],
+        }
+    return meta
+
+
 def build_task(
     r: Recipe, out: Path, client: SandboxClient, work: Path, dataset: str = DATASET
 ) -> SweInstance:
@@ -415,34 +447,9 @@ def build_task(
     }
     for name, text in files.items():
         (task_dir / name).write_text(text)
-    from swebench.task.checks import expected_image
     from swebench.task.repo import dump_tests, dump_yaml
 
-    meta = {
-        "instance_id": r.instance_id,
-        "repo": r.repo,
-        "version": r.version,
-        "base_commit": base,
-        "environment_setup_commit": base,
-        "split": "test",
-        "datasets": [dataset],
-        "image": expected_image(r.instance_id),
-        "log_parser": "parse_log_pytest",
-        "eval_type": "pass_and_fail",
-        "created_at": "2026-01-01T00:00:00Z",
-        "source": {
-            "sdist": sdist.name,
-            "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(),
-            "bug_in": r.path,
-        },
-    }
-    if r.language == "javascript":  # Multilingual rows carry no environment_setup_commit
-        del meta["environment_setup_commit"]
-        meta |= {
-            "log_parser": "parse_log_tap",
-            swebench.TOOLCHAINS: ["node"],
-            swebench.TEST_DEPENDENCIES: [],
-        }
+    meta = task_yaml(r, base, sdist, dataset)
     (task_dir / "task.yaml").write_text(dump_yaml(meta))
     (task_dir / "tests.json").write_text(dump_tests({"FAIL_TO_PASS": [], "PASS_TO_PASS": []}))
     instance = swebench.load_instances(out, [r.instance_id])[0]

@@ -25,6 +25,8 @@ from pomona.benchmarks.swebench.instances import (
 from pomona.benchmarks.task import VerifierError
 from pomona.orchestrator.sdk.client import Sandbox
 
+# the agent's repository configuration runs nothing and rewrites nothing of what is taken
+_GIT = "git -c core.fsmonitor= -c core.hooksPath=/dev/null"
 JUNK = ("**/__pycache__/**", "**/*.pyc", ".pytest_cache/**", "**/*.orig", "**/*.rej")
 NODE_LINK = "/usr/local/bin/node"
 
@@ -88,10 +90,12 @@ def prepare_testbed(sandbox: Sandbox, instance: SweInstance) -> None:
 
 def extract_patch(sandbox: Sandbox, base_commit: str) -> str:
     """The agent's work as one diff against the base commit: tracked edits, new files, deletions
-    and commits the agent made, minus build junk."""
+    and commits the agent made, minus build junk; taken with the agent's git configuration
+    disarmed (no fsmonitor, hooks, external diff, textconv or replaced objects)."""
     excludes = " ".join(shlex.quote(f":(exclude,glob){g}") for g in JUNK)
     result = sandbox.exec(
-        f"cd {TESTBED} && git add -A && git -c core.fileMode=false diff --cached --no-color "
+        f"cd {TESTBED} && export GIT_NO_REPLACE_OBJECTS=1 && {_GIT} add -A && "
+        f"{_GIT} -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv "
         f"{shlex.quote(base_commit)} -- . {excludes}",
         timeout=120,
     )

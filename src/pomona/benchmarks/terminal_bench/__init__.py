@@ -30,6 +30,7 @@ left out, as harbor leaves them out.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 import shlex
 import threading
@@ -57,6 +58,7 @@ from pomona.benchmarks.terminal_bench.verifier import (
     sanitized,
     tar_of,
 )
+from pomona.benchmarks.verification import record
 from pomona.orchestrator.sdk.client import Sandbox
 
 if TYPE_CHECKING:
@@ -255,12 +257,15 @@ class TbTask(Task):
     def _verify_step(self, sandbox: Sandbox, progress: _Progress) -> dict[str, Any]:
         step = self.steps[progress.index]
         artifacts = self.scorer.verify_phase(self, sandbox, step)
-        rewards = parse_reward(artifacts["files"])
+        score = self.scorer.score(self, artifacts)
+        trusted = score.details["verdict"] not in (record.SPOOF, record.SUSPECT)
         verdict = {
             "step": step.name,
-            "rewards": rewards,
+            "rewards": score.details["rewards"] if trusted else {"reward": 0.0},
+            "verdict": score.details["verdict"],
             "mode": artifacts.get("mode"),
             "network": artifacts.get("network"),
+            "log_dir": artifacts.get("log_dir"),
             "test_stdout": artifacts["files"].get("test-stdout.txt", "")[-2000:],
         }
         progress.verdicts.append(verdict)
@@ -312,10 +317,15 @@ class TbTask(Task):
         counted = progress.verdicts + unreached
         rewards = combine([v["rewards"] for v in counted], self.config.reward_strategy)
         reward = reward_of(rewards)
+        verdict = _worst([v.get("verdict", record.UNRESOLVED) for v in progress.verdicts])
+        if verdict in (record.RESOLVED, record.UNRESOLVED):
+            verdict = record.RESOLVED if reward == 1.0 else record.UNRESOLVED
         return Score(
             reward=reward,
-            resolved=reward == 1.0,
+            resolved=verdict == record.RESOLVED,
             details={
+                "verdict": verdict,
+                "log_dir": progress.verdicts[-1].get("log_dir"),
                 "rewards": rewards,
                 "steps": counted,
                 "strategy": self.config.reward_strategy,
@@ -323,6 +333,14 @@ class TbTask(Task):
                 "verifier_mode": progress.verdicts[-1]["mode"],
             },
         )
+
+
+def _worst(verdicts: list[str]) -> str:
+    """A multi-step task's verdict: a spoof or a suspect step makes the whole one so."""
+    for bad in (record.SPOOF, record.SUSPECT):
+        if bad in verdicts:
+            return bad
+    return record.UNRESOLVED
 
 
 def combine(steps: list[dict[str, float]], strategy: str) -> dict[str, float]:
@@ -401,8 +419,12 @@ def _agent_sandbox(task_dir: Path, cfg: TbConfig) -> tuple[str, str | None]:
 
 
 def load_task(
-    task_dir: str | Path, benchmark: str = "terminal-bench", verifier_mode: str | None = None
+    task_dir: str | Path,
+    benchmark: str = "terminal-bench",
+    verifier_mode: str | None = None,
+    logs: str | Path | None = None,
 ) -> TbTask:
+    """A harbor task directory as a task; `logs` is where each verification's evidence goes."""
     task_dir = Path(task_dir)
     cfg = read_config(task_dir)
     if not cfg.image:
@@ -414,6 +436,8 @@ def load_task(
     _check_services(task_dir, cfg, {s.name for s in services})
     network, agent_user = _agent_sandbox(task_dir, cfg)
     scorer = TbScorer(task_dir, cfg, verifier_mode)
+    if logs is not None:
+        scorer = dataclasses.replace(scorer, root=str(logs))
     for step in cfg.steps or (None,):
         scorer.check_network(network, step)
     setup = task_dir / "environment" / "setup.sh"
@@ -453,10 +477,13 @@ def load_task(
 
 
 def tasks(
-    root: str | Path = DATA, benchmark: str = "terminal-bench", verifier_mode: str | None = None
+    root: str | Path = DATA,
+    benchmark: str = "terminal-bench",
+    verifier_mode: str | None = None,
+    logs: str | Path | None = None,
 ) -> list[TbTask]:
     """Every task directory (one holding task.toml) under `root`, by name."""
     dirs = sorted(p.parent for p in Path(root).glob("*/task.toml"))
     if not dirs:
         raise FileNotFoundError(f"no harbor tasks (*/task.toml) under {root}")
-    return [load_task(d, benchmark, verifier_mode) for d in dirs]
+    return [load_task(d, benchmark, verifier_mode, logs) for d in dirs]

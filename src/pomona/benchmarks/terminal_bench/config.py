@@ -196,6 +196,16 @@ class TbConfig:
                 return "separate"
         return "shared"
 
+    def asks_shared(self, step: StepConfig | None = None) -> bool:
+        """Whether the task (or the step) asks, in so many words, to be verified in the agent's
+        own environment; harbor's default, shared, is not taken as asking."""
+        for v in ((step.verifier,) if step else ()) + (self.verifier,):
+            if v.mode is not None:
+                return v.mode == "shared"
+            if v.has_environment:
+                return False
+        return False
+
     def agent_phase(self, step: StepConfig | None = None) -> Network:
         return (step.agent_network if step else None) or self.agent_network or self.baseline
 

@@ -1,16 +1,18 @@
 """harbor's verifier, in a sandbox the agent never ran in.
 
 Where the tests run (per task, or per step of a multi-step task):
-  - `separate` (a task asking for harbor's `verifier.environment_mode = "separate"`, or naming a
-    `[verifier.environment]`): as harbor does it, a fresh sandbox of the verifier's environment
+  - `separate`: as harbor does it, a fresh sandbox of the verifier's environment
     (its image, whose tests are bundled, or the task's own environment rebuilt), on the
     verification's own network, into which the declared `artifacts` (and /logs/artifacts) are
     copied from the agent's state at their own paths.
-  - `fork` (Pomona's default for every other task): a fork of the agent's snapshot. It holds all
-    the agent's files, but no agent process survives, and the tests and the pytest they run come
-    fresh. A fork keeps the agent sandbox's network, so a task whose verifier asks for another
-    one must say `separate` (the task is refused at load otherwise).
-  - `shared` only when asked for (TbScorer(mode="shared")): the agent's own sandbox.
+    Pomona's default for every task that does not ask for `shared`: a task that declares no
+    artifacts has its working directory copied over (the agent's output, as Pomona reads
+    harbor's format for the tasks written for its shared default).
+  - `shared` only when a task asks for it (`environment_mode = "shared"`, or
+    TbScorer(mode="shared")): the agent's own sandbox, reported as such.
+Before the output arrives the witness is put into the fresh sandbox; the files the output
+brought are read by the spoof rules (evidence.py), and the verdict weighs the reward file, those
+findings and the witness's account of the test script's pytest runs.
 Then, as harbor: `[[verifier.collect]]` commands run in the agent's sandbox first (best effort,
 as harbor's), stale reward files are removed, tests/ (and a step's own tests/ over it) uploaded
 to /tests, the test script run (as `[verifier].user`, root by default, with `[verifier].env`)
@@ -29,12 +31,13 @@ import shlex
 import tarfile
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Score, Task, VerifierError
+from pomona.benchmarks.terminal_bench import evidence
 from pomona.benchmarks.terminal_bench.config import (
     MAIN_SERVICE,
     Artifact,
@@ -42,12 +45,17 @@ from pomona.benchmarks.terminal_bench.config import (
     TbConfig,
     resolve_env,
 )
+from pomona.benchmarks.verification import record, witness
+from pomona.benchmarks.verification.images import engine_digest, files_digest
+from pomona.benchmarks.verification.integrity import judge
+from pomona.benchmarks.verification.record import Verification
+from pomona.benchmarks.verification.spoof import Finding
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
-from pomona.orchestrator.types import SnapshotInfo
 
 LOGS = "/logs/verifier"
 ARTIFACTS = "/logs/artifacts"  # harbor's convention directory, always collected
-MODES = ("fork", "separate", "shared")
+SEPARATE = "separate"
+MODES = (SEPARATE, "shared")
 
 
 if TYPE_CHECKING:  # both import this module
@@ -183,14 +191,24 @@ def _sidecar(services: ServiceGroup | None, name: str) -> Sandbox:
 # --- the verifier --------------------------------------------------------------------------------
 
 
+@dataclass
+class _Fresh:
+    """A verifier sandbox made ready: the witness in place, the output copied in and read."""
+
+    target: Sandbox
+    installed: witness.Installed | None = None
+    spoof: list[Finding] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class TbScorer:
     """harbor's verifier, in a sandbox of its own (see the module docstring for the modes)."""
 
     task_dir: Path
     config: TbConfig | None = None
-    mode: str | None = None  # None: the task's own (separate if it asks, else fork)
+    mode: str | None = None  # None: the task's own (shared if it asks for it, else separate)
     client: SandboxClient | None = None  # verifier sandboxes'; by default the agent sandbox's
+    root: str = "pomona-runs/terminal-bench"  # where each verification's evidence is written
 
     @property
     def timeout(self) -> float:
@@ -198,25 +216,26 @@ class TbScorer:
 
     def resolved_mode(self, step: StepConfig | None = None) -> str:
         mode = self.mode or (
-            "separate" if self.config and self.config.verifier_mode(step) == "separate" else "fork"
+            "shared" if self.config and self.config.asks_shared(step) else SEPARATE
         )
         if mode not in MODES:
             raise ValueError(f"verifier mode must be one of {MODES}, not {mode!r}")
         return mode
 
     def check_network(self, agent_network: str, step: StepConfig | None = None) -> None:
-        """Refuse, before anything runs, a verification whose network cannot be given: a fork
-        keeps the agent sandbox's network, and only the model proxy beyond what was asked
-        (a fork of a gateway sandbox for a verifier with no network) is let through."""
-        if self.config is None or self.resolved_mode(step) == "separate":
+        """Refuse, before anything runs, a shared verification whose network cannot be given:
+        the agent's sandbox keeps its network, and only the model proxy beyond what was asked
+        (a gateway sandbox for a verifier with no network) is let through."""
+        if self.config is None or self.resolved_mode(step) == SEPARATE:
             return
         wanted = self.config.verifier_phase(step, mode="shared").verifier_sandbox()
         if wanted != agent_network and (wanted, agent_network) != ("none", "gateway"):
             where = f" of step {step.name!r}" if step else ""
             raise ValueError(
-                f"{self.task_dir}: the verifier{where} asks for network {wanted!r}, but it runs "
-                f"in a fork of the agent's sandbox, which keeps the agent's {agent_network!r}; "
-                'declare verifier.environment_mode = "separate" so it gets a sandbox of its own'
+                f"{self.task_dir}: the verifier{where} asks for network {wanted!r}, but a "
+                f"shared verifier runs in the agent's sandbox, which keeps the agent's "
+                f'{agent_network!r}; drop environment_mode = "shared" so it gets a sandbox '
+                "of its own"
             )
 
     def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
@@ -229,14 +248,76 @@ class TbScorer:
     def verify_phase(
         self, task: TbTask, sandbox: Sandbox, step: StepConfig | None = None
     ) -> dict[str, Any]:
-        """Verify the agent's work as it stands in `sandbox` (after the task, or after `step`)."""
+        """Verify the agent's work as it stands in `sandbox` (after the task, or after `step`):
+        the reward files, the verdict and where its evidence was written."""
         collected = self._run_collect_hooks(task, sandbox, step)
         mode = self.resolved_mode(step)
         if mode == "shared":
-            return {**self.verify(task, sandbox, step), "mode": mode, "collect": collected}
+            done = self.verify(task, sandbox, step)
+            return self._judged(task, done, None, [], mode, collected)
         client = self.client or sandbox._root
-        with self.verifier_sandbox(task, sandbox, client, mode, step) as target:
-            return {**self.verify(task, target, step), "mode": mode, "collect": collected}
+        with self.fresh_verifier(task, sandbox, client, step) as fresh:
+            if fresh.spoof:
+                done = {"files": {}, "exit_code": None, "timed_out": False, "network": None}
+            else:
+                env = fresh.installed.environment() if fresh.installed else {}
+                done = self.verify(task, fresh.target, step, env)
+                done["records"] = witness.collect(fresh.target) if fresh.installed else []
+            return self._judged(task, done, fresh.installed, fresh.spoof, mode, collected)
+
+    def _judged(
+        self,
+        task: TbTask,
+        done: dict[str, Any],
+        installed: witness.Installed | None,
+        spoof: list[Finding],
+        mode: str,
+        collected: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The verification's result with its verdict, its evidence written to a log dir."""
+        records = done.pop("records", [])
+        integrity = None
+        if mode == SEPARATE and not spoof:
+            integrity = judge(
+                records,
+                installed.sites if installed else [],
+                installed.untrusted if installed else [],
+            )
+        rewards = {} if spoof else parse_reward(done["files"])
+        reward = 0.0 if spoof else reward_of(rewards)
+        verdict, reason = evidence.verdict(
+            rewards, reward, integrity, spoof, evidence.exit_statuses(records)
+        )
+        v = Verification(
+            verdict,
+            reason,
+            mode="fresh" if mode == SEPARATE else "shared",
+            command=done.get("command"),
+            environment=done.get("environment", {}),
+            image=done.get("image"),
+            image_digest=self._digest(done.get("image")),
+            sandbox={"user": done.get("user"), "network": done.get("network")},
+            spoof=spoof,
+            integrity=integrity,
+            witness=installed.to_dict() if installed else None,
+            records=records,
+        )
+        log_dir = evidence.write(Path(self.root), task.id, v, done["files"])
+        return {
+            **done,
+            "mode": mode,
+            "collect": collected,
+            "verdict": verdict,
+            "verification": v.to_dict(),
+            "log_dir": str(log_dir),
+        }
+
+    def _digest(self, image: str | None) -> str | None:
+        """What the verifier's environment was: the engine's image id, or for the host image the
+        digest of the task's environment/ files (what its set-up builds from)."""
+        if image == "host":
+            return files_digest(self.task_dir / "environment")
+        return engine_digest(image) if image else None
 
     def _run_collect_hooks(
         self, task: TbTask, sandbox: Sandbox, step: StepConfig | None
@@ -263,41 +344,48 @@ class TbScorer:
             )
         return out
 
+    def outputs(self, task: TbTask, step: StepConfig | None) -> tuple[Artifact, ...]:
+        """What the task's format names as the agent's output: its (and the step's) declared
+        artifacts, else its whole working directory."""
+        declared = (self.config.artifacts if self.config else ()) + (step.artifacts if step else ())
+        return declared or (Artifact(task.environment.workdir),)
+
+    @contextlib.contextmanager
+    def fresh_verifier(
+        self, task: TbTask, agent: Sandbox, client: SandboxClient, step: StepConfig | None = None
+    ) -> Iterator[_Fresh]:
+        """harbor's separate verifier: the verifier's environment built fresh, the witness put
+        in, then only the agent's declared output copied in (and read by the spoof rules)."""
+        target = self._fresh_environment(task, client, step)
+        try:
+            outputs = self.outputs(task, step)
+            paths = [a.source for a in outputs if a.service == MAIN_SERVICE]
+            fresh = _Fresh(target, witness.install(target, paths))
+            before = evidence.scan(target, paths)
+            copy_artifacts(agent, target, outputs, task.services_of(agent))
+            fresh.spoof = evidence.spoofs(
+                evidence.changes(target, before, evidence.scan(target, paths))
+            )
+            yield fresh
+        finally:
+            with contextlib.suppress(Exception):
+                target.delete()
+
     @contextlib.contextmanager
     def verifier_sandbox(
         self,
         task: TbTask,
         agent: Sandbox,
         client: SandboxClient,
-        mode: str,
+        mode: str = SEPARATE,
         step: StepConfig | None = None,
     ) -> Iterator[Sandbox]:
-        snapshot: SnapshotInfo | None = None
-        target: Sandbox | None = None
-        try:
-            if mode == "fork":
-                snapshot = agent.snapshot()
-                (target,) = client.fork(snapshot, 1, labels={"purpose": "tb-verify"})
-                install_pytest(target, force=True)  # whatever the agent left, pytest comes fresh
-                if services := task.services_of(agent):
-                    services.attach(target, owner=False)  # the agent's sidecars, as they are
-            else:
-                target = self._fresh_environment(task, client, step)
-                artifacts = self.config.artifacts if self.config else ()
-                copy_artifacts(
-                    agent,
-                    target,
-                    artifacts + (step.artifacts if step else ()),
-                    task.services_of(agent),
-                )
-            yield target
-        finally:
-            with contextlib.suppress(Exception):
-                if target is not None:
-                    target.delete()
-            with contextlib.suppress(Exception):
-                if snapshot is not None:  # after the fork that stacks on it is gone
-                    client.delete_snapshot(snapshot)
+        """The sandbox a verification of `mode` runs in (the agent's own when shared)."""
+        if mode == "shared":
+            yield agent
+            return
+        with self.fresh_verifier(task, agent, client, step) as fresh:
+            yield fresh.target
 
     def _fresh_environment(
         self, task: TbTask, client: SandboxClient, step: StepConfig | None
@@ -346,8 +434,14 @@ class TbScorer:
         return dirs, "/tests/test.sh"
 
     def verify(
-        self, task: Task, sandbox: Sandbox, step: StepConfig | None = None
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        step: StepConfig | None = None,
+        witnessed: dict[str, str] | None = None,
     ) -> dict[str, Any]:
+        """harbor's verification in `sandbox`; `witnessed`: the witness's variables, under the
+        task's own (a task's PYTEST_ADDOPTS keeps the witness's options in front)."""
         tests = self._tests(step)
         clear = "rm -rf /tests && mkdir -p /tests && " if tests else ""
         prep = sandbox.exec(
@@ -361,12 +455,16 @@ class TbScorer:
         if tests:
             sandbox.upload_dir("/tests", tar_of(*tests[0]))
         verifier = self.config.verifier_of(step) if self.config else None
-        env = resolve_env(verifier.env) if verifier else {}
+        own = resolve_env(verifier.env) if verifier else {}
+        env = {**(witnessed or {}), **own}
+        if witnessed and "PYTEST_ADDOPTS" in own and "PYTEST_ADDOPTS" in witnessed:
+            env["PYTEST_ADDOPTS"] = f"{witnessed['PYTEST_ADDOPTS']} {own['PYTEST_ADDOPTS']}"
         user = (verifier.user if verifier else None) or "root"
         script = tests[1] if tests else "/tests/test.sh"
         timeout = verifier.timeout if verifier else self.timeout
+        command = f"chmod +x {script}; {script} > {LOGS}/test-stdout.txt 2>&1"
         result = sandbox.exec(
-            f"chmod +x {script}; {script} > {LOGS}/test-stdout.txt 2>&1",
+            command,
             cwd=task.environment.workdir,
             user=user,
             env=env,
@@ -382,15 +480,24 @@ class TbScorer:
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
             "network": str(sandbox.info.spec.network),
+            "command": command,
+            "environment": env,
+            "user": user,
+            "image": sandbox.info.spec.image,
         }
 
     def score(self, task: Task, artifacts: dict[str, Any]) -> Score:
-        rewards = parse_reward(artifacts["files"])
-        reward = reward_of(rewards)
+        """The reward the test script wrote, unless the verdict is spoof or suspect (then 0)."""
+        verdict = artifacts.get("verdict", record.UNRESOLVED)
+        rewards = {} if verdict == record.SPOOF else parse_reward(artifacts["files"])
+        reward = 0.0 if verdict in (record.SPOOF, record.SUSPECT) else reward_of(rewards)
         return Score(
             reward=reward,
-            resolved=reward == 1.0,
+            resolved=verdict == record.RESOLVED,
             details={
+                "verdict": verdict,
+                "verification": artifacts.get("verification"),
+                "log_dir": artifacts.get("log_dir"),
                 "rewards": rewards,
                 "test_stdout": artifacts["files"].get("test-stdout.txt", "")[-4000:],
                 "test_exit_code": artifacts["exit_code"],

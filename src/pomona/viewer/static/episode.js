@@ -28,7 +28,7 @@ watch(async () => {
     el("p", { class: "muted" }, "Highlighted messages are new since the previous call; earlier ones fold away. Keys: j next call, k previous."),
     timelineView(key, data.calls),
     el("h2", {}, "Artifacts"),
-    data.artifacts.length ? data.artifacts.map((a) => artifactView(key, a)) : el("p", { class: "muted" }, "No artifacts recorded."));
+    data.artifacts.length ? verdictsFirst(data.artifacts).map((a) => artifactView(key, a)) : el("p", { class: "muted" }, "No artifacts recorded."));
 });
 
 document.addEventListener("keydown", (e) => {
@@ -41,3 +41,8 @@ document.addEventListener("keydown", (e) => {
   heads[next].focus();
   heads[next].scrollIntoView({ block: "start" });
 });
+
+// The verdict of the episode's verification before the files it rests on.
+function verdictsFirst(artifacts) {
+  return [...artifacts].sort((a, b) => (b.kind === "verdict") - (a.kind === "verdict"));
+}

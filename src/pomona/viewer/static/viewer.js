@@ -217,6 +217,39 @@ export function timelineView(key, calls, options = {}) {
   return el("ol", { class: "timeline", "aria-label": "Model calls in order" }, calls.map((c, i) => callView(key, c, i, options)));
 }
 
+// A verifier's verification.json: the verdict first, then what it rests on. Everything in it
+// came from a run that may have been hostile, so it is shown as text only.
+export function verificationView(text) {
+  let v;
+  try { v = JSON.parse(text); } catch { return el("pre", {}, text); }
+  if (!v || typeof v !== "object") return el("pre", {}, text);
+  const fact = (k, value) => [el("dt", {}, k), el("dd", {}, value ?? "–")];
+  const integrity = v.integrity || null;
+  const good = v.verdict === "resolved";
+  const bad = ["spoof", "suspect", "error"].includes(v.verdict);
+  return el("div", { class: "verification" },
+    el("p", {}, el("span", { class: `badge ${good ? "pass" : bad ? "fail" : ""}` }, String(v.verdict)), " ", String(v.reason ?? "")),
+    el("dl", { class: "facts" },
+      fact("verified", v.mode === "shared" ? "in the agent's own sandbox (the task asks for shared)" : "in a fresh sandbox of the pristine image"),
+      fact("command", v.command ? el("code", {}, String(v.command)) : null),
+      fact("image", v.image ? `${v.image}${v.image_digest ? ` (${v.image_digest})` : " (digest unknown)"}` : null),
+      fact("sandbox", v.sandbox ? Object.entries(v.sandbox).map(([k, x]) => `${k} ${x ?? "–"}`).join(" · ") : null),
+      fact("integrity", integrity === null ? "not checked" : integrity.shown
+        ? `shown: ${(integrity.runners || []).join(", ")} reported ${integrity.tests_witnessed} tests`
+        : "not shown"),
+      fact("failure", v.failure ? `${v.failure.kind}: ${v.failure.reason}` : null)),
+    integrity && integrity.problems && integrity.problems.length
+      ? el("div", {}, el("span", { class: "part-label" }, "why the run's own account is not trusted"),
+        el("ul", {}, integrity.problems.map((p) => el("li", {}, String(p))))) : null,
+    v.spoof && v.spoof.length
+      ? el("div", {}, el("span", { class: "part-label" }, "what reaches into the testing"),
+        el("ul", {}, v.spoof.map((f) => el("li", {}, el("code", {}, String(f.path)), ` — ${f.why}`)))) : null,
+    v.environment && Object.keys(v.environment).length
+      ? el("details", {}, el("summary", {}, "environment of the test command"),
+        el("pre", {}, Object.entries(v.environment).map(([k, x]) => `${k}=${x}`).join("\n"))) : null,
+    el("details", {}, el("summary", {}, "verification.json"), el("pre", {}, text)));
+}
+
 export function artifactView(key, artifact) {
   const url = `/api/episode/artifact?${new URLSearchParams({ key, index: artifact.index })}`;
   const box = el("section", { "aria-label": `artifact ${artifact.name}` },
@@ -232,7 +265,9 @@ export function artifactView(key, artifact) {
     const holder = el("div", {}, el("p", { class: "muted" }, "Loading…"));
     box.append(holder);
     api("/api/episode/artifact", { key, index: artifact.index, preview: "true" }).then((p) => {
-      holder.replaceChildren(artifact.kind === "patch" ? diffView(p.text) : el("pre", {}, p.text),
+      const shown = artifact.kind === "patch" ? diffView(p.text)
+        : artifact.kind === "verdict" && !p.truncated ? verificationView(p.text) : el("pre", {}, p.text);
+      holder.replaceChildren(shown,
         p.truncated ? el("p", { class: "muted" }, "Preview cut; download for the whole file.") : "");
     }).catch((e) => holder.replaceChildren(el("p", { class: "error" }, e.message)));
   }
