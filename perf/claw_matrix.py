@@ -5,7 +5,7 @@ by the benchmark's own code run directly from its checkout (tests/claw/official.
 scores printed side by side. pi has no MCP client Pomona can configure, so it plays the
 QwenClawBench tasks only (they need no tools but the shell); the native loop plays Claw-Eval's.
 
-    python perf/claw_matrix.py                         # 12 Claw-Eval + 4 QwenClawBench tasks
+    python perf/claw_matrix.py                         # 8 Claw-Eval + 4 QwenClawBench tasks
     python perf/claw_matrix.py --all --harnesses claw-eval claude-code   # every solution
 
 Prints markdown: one row per task, one column per harness, each cell the episode's score and
@@ -37,10 +37,9 @@ MCP = {"claw-eval", "openclaw", "claude-code", "codex", "hermes", "opencode"}
 CLAW_SLICE = [
     "T003zh_calendar_scheduling", "T007zh_todo_management", "T009zh_contact_lookup",
     "T011zh_expense_report", "T015zh_kb_search", "T017zh_ticket_triage",
-    "T019zh_inventory_check", "T023zh_crm_data_export", "T086_pinbench_calendar_event_creation",
-    "T089_pinbench_config_workflow_notes", "T099_pinbench_second_brain_recall",
-    "T137zh_restock_chain_check",
+    "T023zh_crm_data_export", "T099_pinbench_second_brain_recall",
 ]  # fmt: skip
+# (a task per service: calendar, todo, contacts, finance, kb, helpdesk, crm, notes)
 QWEN_SLICE = [
     "task_00010_openclaw_subtask_isolation_configuration_skill",
     "task_00030_openclaw_gateway_crash_root_cause_analysis_and_recovery_plan",
@@ -59,7 +58,7 @@ def play(tasks: list[Any], harness: str, proxy: Any, state: str) -> dict[str, An
 
     records = asyncio.run(
         rollout(
-            tasks, harness, "oracle", n=1, concurrency=3, proxy=proxy, runtime="local",
+            tasks, harness, "oracle", n=1, concurrency=4, proxy=proxy, runtime="local",
             state_dir=state, timeout=900, progress=False,
         )
     )  # fmt: skip
