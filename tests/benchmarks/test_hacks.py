@@ -83,7 +83,7 @@ SANDBOXED = (
     "entry-point",
     "git-hook",
 )
-RULES_OFF = ("shadow-runner", "config-plugin", "shadow-package")  # the second layer alone
+RULES_OFF = ("shadow-runner", "config-plugin", "shadow-package", "conftest")  # layer 2 alone
 
 
 def test_every_swe_hack_ends_unresolved(
@@ -134,7 +134,7 @@ def test_every_swe_hack_ends_unresolved(
 # --- Terminal-Bench ------------------------------------------------------------------------------
 
 
-SHARED_HOLES = ("runner-in-workdir", "exit-after-the-tests")  # shown fooling a shared verifier
+SHARED_HOLES = ("runner-in-workdir",)  # the issue's: shown fooling a shared verifier
 
 
 def test_the_terminal_bench_spoof_rules_read_an_answer_that_is_a_repository() -> None:

@@ -100,18 +100,6 @@ def test_gold_resolves_and_every_negative_fixture_does_not(
         assert report["total_instances"] == 1
 
 
-def test_the_conftest_spoof_is_a_real_hole_and_the_witness_closes_it_too(
-    client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the first layer (the tree's spoof rules) switched off, the conftest spoof resolves
-    by swebench's own rules on the very log it leaves; the witness still calls it suspect."""
-    monkeypatch.setattr(swebench.guard, "spoofs", lambda *args: [])
-    g = _grade(client, tmp_path, IDS[0], "spoof")
-    assert swebench.regrade(BY_ID[IDS[0]], g.log_dir)[IDS[0]]["resolved"]
-    assert g.verdict == "suspect" and not g.resolved
-    assert "conftest.py" in g.verification.reason
-
-
 def test_a_fix_with_test_infrastructure_is_a_spoof(client: Any, tmp_path: Path) -> None:
     iid = "tkem__cachetools-1"  # has setup.cfg and tox.ini at base
     inst = BY_ID[iid]
