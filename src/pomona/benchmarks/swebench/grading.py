@@ -114,7 +114,7 @@ def claim_run_id(root: str | Path, run_id: str, model: str, instance_id: str) ->
             return candidate
         except FileExistsError:
             continue
-    raise RuntimeError(f"too many attempts at {instance_id} in run {run_id}")
+    raise VerifierError(f"too many attempts at {instance_id} in run {run_id}")
 
 
 def witnessed_statuses(found: Integrity, spec: Any) -> dict[str, str]:
@@ -325,9 +325,9 @@ def test_statuses(
     ) as sb:
         run = evaluate(sb, instance, spec, patch, [], timeout)
     if not run.applied or run.spoof:
-        raise RuntimeError(f"{instance['instance_id']}: the patch does not apply cleanly")
+        raise VerifierError(f"{instance['instance_id']}: the patch does not apply cleanly")
     if fault := environment_fault(run.output):
-        raise RuntimeError(f"{instance['instance_id']}: {fault}")
+        raise VerifierError(f"{instance['instance_id']}: {fault}")
     return PARSER_REGISTRY[spec.log_parser](run.output, spec)
 
 
