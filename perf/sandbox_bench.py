@@ -377,8 +377,13 @@ def main() -> None:
         # `pomona serve` in its own process on loopback, SQLite (or Redis) store, an API key;
         # admission control queues the burst (16 concurrent creates) instead of refusing it
         redis = RedisServer().start() if args.redis else None
-        server = Replica(
-            state / "http", redis.url if redis else None, max_creates=16, max_execs=256, queue=5000
+        server = Replica(  # the bench's tenant runs N sandboxes at once: no quota
+            state / "http",
+            redis.url if redis else None,
+            max_creates=16,
+            max_execs=256,
+            queue=5000,
+            quota=None,
         ).start()
         try:
             name = "http+redis" if redis else "http"

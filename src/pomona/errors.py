@@ -26,6 +26,7 @@ and nothing else. Each says what went wrong and what to do about it.
     │   ├── TooLarge                      a body, file or archive over a limit
     │   ├── WaitTimedOut                  a server-side wait expired; the work itself goes on
     │   ├── Overloaded                    admission control turned the request away: retry
+    │   ├── QuotaExceeded                 the key holds its maximum (sandboxes, CPU, memory)
     │   ├── StoreUnavailable              the service's state store is away: retry
     │   ├── ServiceUnreachable            the SDK cannot reach the service, or lost its answer
     │   ├── RuntimeUnavailable            the runtime cannot work on this machine
@@ -187,6 +188,11 @@ class WaitTimedOut(SandboxError):
 
 class Overloaded(SandboxError):
     """Admission control turned the request away before anything ran: retry later."""
+
+
+class QuotaExceeded(SandboxError):
+    """The API key already holds what its quota allows (live sandboxes, CPU, memory): delete
+    some first. Not retried by the SDK: waiting does not free a quota."""
 
 
 class StoreUnavailable(SandboxError):

@@ -19,6 +19,7 @@ from pomona.orchestrator.types import (
     ExecRequest,
     ExecResult,
     FileInfo,
+    Limits,
     SandboxInfo,
     SandboxSpec,
     SnapshotInfo,
@@ -115,6 +116,16 @@ class Refreshable(Protocol):
     async def refresh(self, sandbox_id: str) -> bool:
         """Re-read one sandbox from the shared state into this process's view; False if it is
         gone. Never touches the sandbox itself."""
+
+
+@runtime_checkable
+class LimitDefaults(Protocol):
+    """A capability: a runtime that says which of the service's default limits it can give
+    every sandbox (after start()). Without it, every default but the disk limit applies: a disk
+    limit for every sandbox needs a cap that is cheap to set, which a runtime must declare."""
+
+    def limit_defaults(self, defaults: Limits) -> Limits:
+        """`defaults`, without what this runtime, on this machine, cannot enforce for all."""
 
 
 async def collect(stream: AsyncGenerator[ExecChunk | ExecResult, None]) -> ExecResult:

@@ -24,8 +24,10 @@ from pomona.errors import (
     SnapshotNotFound,
 )
 from pomona.orchestrator.linux.safefs import normalize
-from pomona.orchestrator.runtime import Pty, Runtime, collect
+from pomona.orchestrator.runtime import LimitDefaults, Pty, Runtime, collect
 from pomona.orchestrator.types import (
+    DEFAULT_LIMITS,
+    MAX_TTL,
     ExecChunk,
     ExecRequest,
     ExecResult,
@@ -64,14 +66,18 @@ def new_id(prefix: str = "sb") -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
 
 
-def check_capacity(limits: Limits) -> None:
-    """A limit beyond what the machine has is a mistake (or a probe), not a request to honour."""
-    cpus = os.cpu_count() or 1
-    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+def _machine() -> tuple[int, int, int]:
+    """(cores, bytes of memory, pid_max) of this machine."""
     try:
         pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     except (OSError, ValueError):
         pid_max = 4194304
+    return os.cpu_count() or 1, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), pid_max
+
+
+def check_capacity(limits: Limits) -> None:
+    """A limit beyond what the machine has is a mistake (or a probe), not a request to honour."""
+    cpus, memory, pid_max = _machine()
     for name, value, have, unit in (
         ("cpu", limits.cpu, cpus, "cores"),
         ("memory", limits.memory, memory, "bytes"),
@@ -81,6 +87,45 @@ def check_capacity(limits: Limits) -> None:
             raise InvalidRequest(
                 f"limits.{name}={value:g} is more than this machine has ({have} {unit})"
             )
+
+
+def machine_defaults(defaults: Limits, runtime: Runtime | None = None) -> Limits:
+    """The defaults this machine and runtime can give every sandbox: no more CPU or memory than
+    the machine has, and only what the runtime enforces for all (runtime.LimitDefaults; a disk
+    limit only where the runtime declares it)."""
+    cpus, memory, pid_max = _machine()
+    capped = Limits.model_construct(
+        cpu=None if defaults.cpu is None else min(defaults.cpu, cpus),
+        memory=None if defaults.memory is None else min(defaults.memory, memory),
+        pids=None if defaults.pids is None else min(defaults.pids, pid_max),
+        disk=defaults.disk,
+    )
+    if isinstance(runtime, LimitDefaults):
+        return runtime.limit_defaults(capped)
+    return capped.model_copy(update={"disk": None})
+
+
+def with_defaults(spec: SandboxSpec, limits: Limits, max_ttl: float) -> SandboxSpec:
+    """The spec a sandbox is made from: each limit it leaves unset takes the default, and its
+    TTL is at most `max_ttl` (which is what timeout=None stands for): none is immortal."""
+    if spec.timeout is not None and spec.timeout > max_ttl:
+        raise InvalidRequest(
+            f"timeout={spec.timeout:g} s is over the maximum TTL of {max_ttl:g} s; ask for "
+            "less (heartbeats extend a sandbox's life), or null for the maximum"
+        )
+    filled = {
+        name: getattr(limits, name)
+        for name in Limits.model_fields
+        if getattr(spec.limits, name) is None and getattr(limits, name) is not None
+    }
+    if not filled and spec.timeout is not None:
+        return spec
+    return spec.model_copy(
+        update={
+            "limits": spec.limits.model_copy(update=filled),
+            "timeout": max_ttl if spec.timeout is None else spec.timeout,
+        }
+    )
 
 
 class Service(Protocol):
@@ -160,13 +205,21 @@ class Service(Protocol):
 
 
 class SandboxService:
-    """The Service in this process, over one runtime."""
+    """The Service in this process, over one runtime. `default_limits` are what a sandbox gets
+    for each limit it does not set (Limits() for none), `max_ttl` the longest TTL."""
 
     def __init__(
-        self, runtime: Runtime, reap_interval: float = REAP_INTERVAL, max_creates: int = MAX_CREATES
+        self,
+        runtime: Runtime,
+        reap_interval: float = REAP_INTERVAL,
+        max_creates: int = MAX_CREATES,
+        default_limits: Limits = DEFAULT_LIMITS,
+        max_ttl: float = MAX_TTL,
     ):
         self.runtime = runtime
         self.reap_interval = reap_interval
+        self._defaults, self.max_ttl = default_limits, max_ttl
+        self.default_limits = machine_defaults(default_limits)
         self._create_slots = asyncio.Semaphore(max_creates)
         self._heartbeats: dict[str, float] = {}
         self._creating: dict[str, asyncio.Future[SandboxInfo]] = {}
@@ -175,6 +228,7 @@ class SandboxService:
 
     async def start(self) -> None:
         await self.runtime.start()
+        self.default_limits = machine_defaults(self._defaults, self.runtime)
         now = time.time()
         for info in await self.runtime.list():
             self._heartbeats[info.id] = now  # adopted: its TTL counts from now
@@ -195,6 +249,7 @@ class SandboxService:
         """Create, or return the existing sandbox when the same id comes with the same spec."""
         sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
         check_capacity(spec.limits)
+        spec = self.resolve(spec)
         if pending := self._creating.get(sandbox_id):
             info = await asyncio.shield(pending)
             return self._same(info, spec)
@@ -215,6 +270,10 @@ class SandboxService:
             raise
         finally:
             del self._creating[sandbox_id]
+
+    def resolve(self, spec: SandboxSpec) -> SandboxSpec:
+        """The spec with this service's defaults filled in (what is stored and compared)."""
+        return with_defaults(spec, self.default_limits, self.max_ttl)
 
     @staticmethod
     def _same(info: SandboxInfo, spec: SandboxSpec) -> SandboxInfo:

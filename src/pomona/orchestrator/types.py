@@ -107,7 +107,8 @@ class NetworkMode(StrEnum):
 
 
 class Limits(Request):
-    """Resource limits. None means unlimited (beyond what the machine has)."""
+    """Resource limits. None means the service's default (DEFAULT_LIMITS, as the operator set
+    them); a sandbox never runs without limits unless the operator turned the defaults off."""
 
     model_config = ConfigDict(extra="forbid")
     cpu: float | None = Field(
@@ -127,6 +128,12 @@ class Limits(Request):
     @classmethod
     def _bytes(cls, value: int | str | None) -> int | None:
         return parse_bytes(value)
+
+
+# What a sandbox gets for each limit it does not set (capped by what the machine has): enough
+# for a SWE-bench build or a browser, not enough for one sandbox to take the machine.
+DEFAULT_LIMITS = Limits(cpu=2, memory=4 * 2**30, pids=4096, disk=10 * 2**30)
+MAX_TTL = 7 * 24 * 3600.0  # a sandbox's TTL at most, and what timeout=None means
 
 
 def named_sources() -> dict[str, str]:
@@ -195,7 +202,11 @@ class SandboxSpec(Request):
     )
     limits: Limits = Field(default_factory=Limits)
     timeout: float | None = Field(
-        default=3600, gt=0, description="TTL in seconds; heartbeats extend it"
+        default=3600,
+        gt=0,
+        allow_inf_nan=False,
+        description="TTL in seconds; heartbeats extend it; null is the longest the service "
+        "allows (7 days in-process, the key's maximum TTL over REST)",
     )
     labels: dict[str, str] = Field(default_factory=dict)
     user: Literal["pomona", "root"] = "pomona"

@@ -27,6 +27,7 @@ from pomona.orchestrator.runtime import Pty, Runtime
 from pomona.orchestrator.runtimes import make_runtime
 from pomona.orchestrator.service import SandboxService, Service
 from pomona.orchestrator.types import (
+    DEFAULT_LIMITS,
     DEFAULT_OUTPUT_CAP,
     ExecChunk,
     ExecRequest,
@@ -206,10 +207,13 @@ class AsyncSandboxClient:
         auto_cleanup: bool = True,
         base_url: str | None = None,
         api_key: str | None = None,
+        default_limits: Limits = DEFAULT_LIMITS,
         **runtime_options: Any,
     ):
         """In-process over `runtime` ("local" by default); over HTTP when `base_url` (or, with no
-        runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
+        runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY. In-process, every
+        sandbox gets `default_limits` for the limits it does not set (Limits(): none); over
+        HTTP the service's apply."""
         url = base_url or (os.environ.get("POMONA_URL") if runtime is None else None)
         self._service: Service
         if url and runtime is None:
@@ -235,7 +239,7 @@ class AsyncSandboxClient:
                     if isinstance(runtime, str)
                     else runtime
                 )
-                self._service = SandboxService(self._runtime)
+                self._service = SandboxService(self._runtime, default_limits=default_limits)
         self._owned: set[str] = set()
         self._started = False
         self.auto_cleanup = auto_cleanup
@@ -619,16 +623,19 @@ class SandboxClient(_SyncHandle):
         auto_cleanup: bool = True,
         base_url: str | None = None,
         api_key: str | None = None,
+        default_limits: Limits = DEFAULT_LIMITS,
         **runtime_options: Any,
     ):
         """In-process over `runtime` ("local" by default); over HTTP when `base_url` (or, with no
-        runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY."""
+        runtime named, POMONA_URL) is given, with `api_key` or POMONA_API_KEY. In-process, every
+        sandbox gets `default_limits` for the limits it does not set (Limits(): none)."""
         self._async = AsyncSandboxClient(
             runtime,
             state_dir=state_dir,
             auto_cleanup=auto_cleanup,
             base_url=base_url,
             api_key=api_key,
+            default_limits=default_limits,
             **runtime_options,
         )
         self._portal = _Portal()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -31,11 +32,13 @@ from pomona.orchestrator.server.envelope import RequestEnvelope
 from pomona.orchestrator.server.errors import add_handlers
 from pomona.orchestrator.server.keys import KeyRing
 from pomona.orchestrator.server.metrics import instrument
-from pomona.orchestrator.server.policy import FILE_OPS_PER_KEY, TenantPolicy
+from pomona.orchestrator.server.policy import DEFAULT_QUOTA, FILE_OPS_PER_KEY, TenantPolicy
+from pomona.orchestrator.server.quotas import Quota, parse_quota
 from pomona.orchestrator.server.routes import files, jobs, probes, sandboxes, sessions, snapshots
 from pomona.orchestrator.server.state import ServiceState
 from pomona.orchestrator.server.store import open_store
 from pomona.orchestrator.sources import ImageSources
+from pomona.orchestrator.types import DEFAULT_LIMITS, Limits, parse_bytes, validated
 
 log = logging.getLogger("pomona.service")
 MAX_BODY = 512 * 2**20
@@ -107,10 +110,15 @@ def build(
     image_dirs: list[str] | None = None,
     registries: list[str] | None = None,
     file_ops_per_key: int = FILE_OPS_PER_KEY,
+    quota: Quota | None = DEFAULT_QUOTA,
+    quotas: dict[str, Quota] | None = None,
+    default_limits: Limits = DEFAULT_LIMITS,
     **app_options: Any,
 ) -> FastAPI:
     """The whole service from settings: runtime, store, coordinator, app. Tenants get host
-    mounts under `mount_sources` only, images from `image_dirs` and `registries` only."""
+    mounts under `mount_sources` only, images from `image_dirs` and `registries` only, and hold
+    at most their quota (`quota`, None for none, or theirs in `quotas`); every sandbox gets `default_limits`
+    for what it does not set."""
     from pomona.orchestrator.runtimes import make_runtime
     from pomona.orchestrator.service import SandboxService
 
@@ -119,10 +127,13 @@ def build(
         make_runtime(runtime, state_dir, sources=sources),
         reap_interval=10**9,
         max_creates=app_options.get("max_creates", MAX_CREATES),
+        default_limits=default_limits,
     )
-    coordinator = Coordinator(service, open_store(redis_url, state_dir), timing)
+    policy = TenantPolicy.of(mount_sources, file_ops_per_key, quota, quotas)
+    coordinator = Coordinator(
+        service, open_store(redis_url, state_dir), timing, quotas=policy.quota_for
+    )
     ring = KeyRing(api_keys, frozenset(admins if admins is not None else {"admin"}))
-    policy = TenantPolicy.of(mount_sources, file_ops_per_key)
     return create_app(coordinator, ring, policy=policy, **app_options)
 
 
@@ -204,8 +215,81 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         default=FILE_OPS_PER_KEY,
         help="concurrent file operations of one API key before 503",
     )
+    add_quota_arguments(p)
     p.set_defaults(func=serve_command)
     return p
+
+
+def _maximum(value: str, size: bool = False) -> float | None:
+    """A maximum from the command line: 0 or "none" is none."""
+    if value in ("0", "none"):
+        return None
+    parsed = parse_bytes(value) if size else float(value)
+    return None if parsed is None else float(parsed)
+
+
+def add_quota_arguments(p: argparse.ArgumentParser) -> None:
+    """What one tenant key may hold, and what a sandbox gets for the limits it does not set."""
+    q = Quota()
+    p.add_argument(
+        "--max-sandboxes-per-key",
+        default=str(q.sandboxes),
+        metavar="N",
+        help="live sandboxes one tenant key may hold (0: no maximum)",
+    )
+    p.add_argument(
+        "--max-cpu-per-key",
+        default="none",
+        metavar="CORES",
+        help="the CPU limits of one key's live sandboxes, summed (default: no maximum)",
+    )
+    p.add_argument(
+        "--max-memory-per-key",
+        default="none",
+        metavar="SIZE",
+        help="their memory limits, summed, e.g. 64Gi (default: no maximum)",
+    )
+    p.add_argument(
+        "--max-ttl",
+        default=f"{q.ttl:g}",
+        metavar="SECONDS",
+        help="the longest TTL a tenant's sandbox may have; null asks for this (0: the service's 7 days)",
+    )
+    p.add_argument(
+        "--key-quota",
+        action="append",
+        default=[],
+        metavar="NAME:K=V,...",
+        help="one key's own quota, e.g. alice:sandboxes=500,memory=1Ti (repeatable)",
+    )
+    p.add_argument(
+        "--default-limits",
+        default=None,
+        metavar="K=V,...|none",
+        help="what a sandbox gets for each limit it does not set (default "
+        "cpu=2,memory=4Gi,pids=4096,disk=10Gi where the runtime caps disks; none: no defaults)",
+    )
+
+
+def quota_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """build()'s quota and default-limit settings from `pomona serve`'s arguments."""
+    sandboxes = _maximum(args.max_sandboxes_per_key)
+    quota = Quota(
+        sandboxes=None if sandboxes is None else int(sandboxes),
+        cpu=_maximum(args.max_cpu_per_key),
+        memory=None if (m := _maximum(args.max_memory_per_key, size=True)) is None else int(m),
+        ttl=_maximum(args.max_ttl),
+    )
+    quotas = dict(parse_quota(text, quota) for text in args.key_quota)
+    unbounded = all(getattr(quota, f.name) is None for f in dataclasses.fields(quota))
+    if args.default_limits is None:
+        defaults = DEFAULT_LIMITS
+    elif args.default_limits == "none":
+        defaults = Limits()
+    else:
+        pairs = (item.partition("=") for item in args.default_limits.split(","))
+        defaults = validated(Limits, **{k: v for k, _, v in pairs})
+    return {"quota": None if unbounded else quota, "quotas": quotas, "default_limits": defaults}
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -222,6 +306,7 @@ def serve_command(args: argparse.Namespace) -> int:
         image_dirs=args.image_dir,
         registries=args.registry,
         file_ops_per_key=args.max_file_ops_per_key,
+        **quota_settings(args),
     )
     return 0
 

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,8 +36,9 @@ from pomona.errors import (
 from pomona.orchestrator.runtime import Pty, Refreshable
 from pomona.orchestrator.server.jobs import Jobs
 from pomona.orchestrator.server.principal import Principal
+from pomona.orchestrator.server.quotas import Quota
 from pomona.orchestrator.server.store import SandboxRecord, Store
-from pomona.orchestrator.service import SandboxService, new_id
+from pomona.orchestrator.service import SandboxService, new_id, with_defaults
 from pomona.orchestrator.types import (
     ExecRequest,
     PatchResult,
@@ -66,8 +67,15 @@ class Coordinator:
     """The service's rules over one SandboxService and one store. Operations on one sandbox take
     its record from `sandbox(who, id)`, which is where ownership is checked, once."""
 
-    def __init__(self, service: SandboxService, store: Store, timing: Timing | None = None):
-        self.service, self.store = service, store
+    def __init__(
+        self,
+        service: SandboxService,
+        store: Store,
+        timing: Timing | None = None,
+        quotas: Callable[[Principal], Quota | None] = lambda who: None,
+    ):
+        """`quotas` says what each caller may hold (None: no quota, as for admins)."""
+        self.service, self.store, self.quotas = service, store, quotas
         runtime = service.runtime
         self._refresh = runtime.refresh if isinstance(runtime, Refreshable) else None
         self.timing = timing or Timing()
@@ -203,10 +211,30 @@ class Coordinator:
     ) -> SandboxRecord:
         """Idempotent on the id; runs to the end even if the caller goes away, so a retry finds it."""
         sandbox_id = check_id(sandbox_id) if sandbox_id else new_id()
-        return await asyncio.shield(self._spawn(self._create(who, spec, sandbox_id, snapshot)))
+        spec, quota = self._admit(who, spec)
+        return await asyncio.shield(
+            self._spawn(self._create(who, spec, sandbox_id, snapshot, quota))
+        )
+
+    def _admit(self, who: Principal, spec: SandboxSpec) -> tuple[SandboxSpec, Quota | None]:
+        """The spec as it will be made (the service's default limits, a TTL no longer than the
+        caller's maximum) and the caller's quota; 422 for what could never fit it."""
+        quota = self.quotas(who)
+        if quota is None:
+            return self.service.resolve(spec), None
+        quota.check_one(spec)
+        ttl = min(quota.ttl or self.service.max_ttl, self.service.max_ttl)
+        spec = with_defaults(spec, quota.cap(self.service.default_limits), ttl)
+        quota.check_one(spec)  # the defaults count too
+        return spec, quota
 
     async def _create(
-        self, who: Principal, spec: SandboxSpec, sandbox_id: str, snapshot: SnapshotInfo | None
+        self,
+        who: Principal,
+        spec: SandboxSpec,
+        sandbox_id: str,
+        snapshot: SnapshotInfo | None,
+        quota: Quota | None = None,
     ) -> SandboxRecord:
         now = time.time()
         lease = SandboxRecord(
@@ -221,7 +249,7 @@ class Coordinator:
         )
         try:
             async with asyncio.timeout(self.timing.create_wait):
-                while (existing := await self.store.claim_sandbox(lease)) is not None:
+                while (existing := await self.store.claim_sandbox(lease, quota)) is not None:
                     if not who.owns(existing.owner):
                         raise SandboxConflict(
                             f"sandbox id {sandbox_id!r} is taken; pick another id"

@@ -4,7 +4,8 @@ status its class maps to (a class not listed takes its nearest listed base's):
 
     InvalidRequest 422 · NotFound 404 · SandboxConflict, JobCancelled 409 · TooLarge 413
     AuthenticationRequired 401 · PermissionDenied 403 · WaitTimedOut 408 (the only 408)
-    Overloaded, StoreUnavailable, RuntimeUnavailable 503 + Retry-After · anything else 500
+    QuotaExceeded 429 · Overloaded, StoreUnavailable, RuntimeUnavailable 503 + Retry-After
+    anything else 500
 
 What is not a PomonaError is translated to one first: a request that fails its schema is an
 InvalidRequest, a refusal of the filesystem (a path too long, a disk full) the error its errno
@@ -34,6 +35,7 @@ from pomona.errors import (
     PathOutsideSandbox,
     PermissionDenied,
     PomonaError,
+    QuotaExceeded,
     RuntimeUnavailable,
     SandboxConflict,
     StoreUnavailable,
@@ -45,7 +47,7 @@ from pomona.orchestrator.api_models import ErrorBody
 log = logging.getLogger("pomona.service")
 STATUS: dict[type[PomonaError], int] = {
     InvalidRequest: 422, NotFound: 404, SandboxConflict: 409, JobCancelled: 409, TooLarge: 413,
-    AuthenticationRequired: 401, PermissionDenied: 403, WaitTimedOut: 408,
+    AuthenticationRequired: 401, PermissionDenied: 403, WaitTimedOut: 408, QuotaExceeded: 429,
     Overloaded: 503, StoreUnavailable: 503, RuntimeUnavailable: 503,
 }  # fmt: skip
 OS_ERRORS: dict[int, type[PomonaError]] = {
@@ -72,6 +74,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "overloaded or store unreachable: retry after Retry-After"),
     )
 }  # the error answers every authenticated route documents
+CREATES = {  # routes that create sandboxes also answer a spent quota
+    **ERRORS,
+    429: {"model": ErrorBody, "description": "the key's quota (sandboxes, CPU, memory) is used up"},
+}
 
 
 def status_of(error: PomonaError) -> int:

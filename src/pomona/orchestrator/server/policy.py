@@ -1,4 +1,5 @@
-"""What the operator lets tenants ask of the host, and how much of the service one key may hold.
+"""What the operator lets tenants ask of the host, and how much of the service one key may hold
+(its quota, quotas.py: live sandboxes, their CPU and memory, the longest TTL).
 
 Host paths are an operator decision: a mount with a host path is accepted from admin keys, and
 from tenants only under a directory allowed at start (`--mount-source`); named sources (the
@@ -16,22 +17,40 @@ from dataclasses import dataclass, field
 
 from pomona.errors import Overloaded, SourceNotAllowed
 from pomona.orchestrator.server.coordinator import Principal
+from pomona.orchestrator.server.quotas import Quota
 from pomona.orchestrator.types import SandboxSpec
 
 FILE_OPS_PER_KEY = 8
+DEFAULT_QUOTA = Quota()
 
 
 @dataclass
 class TenantPolicy:
     mount_sources: tuple[str, ...] = ()
     file_ops_per_key: int = FILE_OPS_PER_KEY
+    quota: Quota | None = field(default_factory=Quota)  # a tenant key's, unless in `quotas`
+    quotas: dict[str, Quota] = field(default_factory=dict)
     _file_ops: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     @classmethod
     def of(
-        cls, mount_sources: list[str] | None = None, file_ops_per_key: int = FILE_OPS_PER_KEY
+        cls,
+        mount_sources: list[str] | None = None,
+        file_ops_per_key: int = FILE_OPS_PER_KEY,
+        quota: Quota | None = DEFAULT_QUOTA,
+        quotas: dict[str, Quota] | None = None,
     ) -> TenantPolicy:
-        return cls(tuple(os.path.realpath(d) for d in mount_sources or ()), file_ops_per_key)
+        """`quota=None`: tenant keys have none (only those in `quotas` do)."""
+        return cls(
+            tuple(os.path.realpath(d) for d in mount_sources or ()),
+            file_ops_per_key,
+            quota,
+            dict(quotas or {}),
+        )
+
+    def quota_for(self, who: Principal) -> Quota | None:
+        """The key's quota; admin keys have none."""
+        return None if who.admin else self.quotas.get(who.name, self.quota)
 
     def check_spec(self, who: Principal, spec: SandboxSpec) -> None:
         """Refuse host paths this caller may not mount; the answer never says if a path exists."""

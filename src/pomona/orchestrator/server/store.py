@@ -22,6 +22,8 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
+from pomona.errors import QuotaExceeded
+from pomona.orchestrator.server.quotas import Quota
 from pomona.orchestrator.types import ExecRequest, ExecResult, SandboxInfo, SandboxSpec
 
 JOB_RETENTION = 3600.0
@@ -91,8 +93,12 @@ class Store(ABC):
 
     # sandboxes
     @abstractmethod
-    async def claim_sandbox(self, record: SandboxRecord) -> SandboxRecord | None:
-        """Insert the lease unless the id is taken; return the existing record if it is."""
+    async def claim_sandbox(
+        self, record: SandboxRecord, quota: Quota | None = None
+    ) -> SandboxRecord | None:
+        """Insert the lease unless the id is taken; return the existing record if it is. With a
+        quota, in the same atomic step: QuotaExceeded if the owner's live sandboxes leave no
+        room for this one (quotas.py)."""
 
     @abstractmethod
     async def put_sandbox(self, record: SandboxRecord) -> None: ...
@@ -164,6 +170,7 @@ class Store(ABC):
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, owner TEXT, expires_at REAL, data TEXT);
+CREATE INDEX IF NOT EXISTS sandboxes_owner ON sandboxes (owner);
 CREATE TABLE IF NOT EXISTS reaped (id TEXT, owner TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS snapshots (id TEXT PRIMARY KEY, owner TEXT);
 CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, sandbox_id TEXT, idem TEXT UNIQUE,
@@ -172,6 +179,12 @@ CREATE INDEX IF NOT EXISTS jobs_sandbox ON jobs (sandbox_id);
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, holder TEXT, until REAL);
 CREATE TABLE IF NOT EXISTS replicas (id TEXT PRIMARY KEY, until REAL);
 """
+
+
+USAGE = (  # an owner's live sandboxes: how many, and their CPU and memory limits summed
+    "SELECT count(*), total(json_extract(data, '$.spec.limits.cpu')), "
+    "total(json_extract(data, '$.spec.limits.memory')) FROM sandboxes WHERE owner = ?"
+)
 
 
 class SqliteStore(Store):
@@ -196,12 +209,21 @@ class SqliteStore(Store):
     async def close(self) -> None:
         self.db.close()
 
-    async def claim_sandbox(self, record: SandboxRecord) -> SandboxRecord | None:
-        cur = self.db.execute(
-            "INSERT OR IGNORE INTO sandboxes VALUES (?, ?, ?, ?)",
-            (record.id, record.owner, record.expires_at, record.model_dump_json()),
-        )
-        return None if cur.rowcount else await self.get_sandbox(record.id)
+    async def claim_sandbox(
+        self, record: SandboxRecord, quota: Quota | None = None
+    ) -> SandboxRecord | None:
+        row = (record.id, record.owner, record.expires_at, record.model_dump_json())
+        if quota is None:
+            cur = self.db.execute("INSERT OR IGNORE INTO sandboxes VALUES (?, ?, ?, ?)", row)
+            return None if cur.rowcount else await self.get_sandbox(record.id)
+        with self.db:  # one transaction: no other claim of this owner's in between
+            self.db.execute("BEGIN IMMEDIATE")
+            if existing := self._one("SELECT data FROM sandboxes WHERE id = ?", record.id):
+                return SandboxRecord.model_validate_json(existing[0])
+            count, cpu, memory = self._one(USAGE, record.owner) or (0, 0.0, 0.0)
+            quota.check_usage(count, cpu, memory, record.spec)
+            self.db.execute("INSERT INTO sandboxes VALUES (?, ?, ?, ?)", row)
+        return None
 
     async def put_sandbox(self, record: SandboxRecord) -> None:
         self.db.execute(
@@ -340,9 +362,53 @@ return redis.call('GET', KEYS[1])
 """
 
 
+# KEYS: sb:{id}, sbs, usage:{owner}; ARGV: record, id, expiry score, cpu, memory, and the
+# maxima of sandboxes, cpu, memory ('' for none). The owner's usage is kept beside its leases.
+_CLAIM = """
+local existing = redis.call('GET', KEYS[1])
+if existing then return {'exists', existing} end
+local u = redis.call('HMGET', KEYS[3], 'n', 'cpu', 'memory')
+local n, cpu, mem = tonumber(u[1] or '0'), tonumber(u[2] or '0'), tonumber(u[3] or '0')
+local function over(most, held, asked)
+  return most ~= '' and held + asked > tonumber(most)
+end
+if over(ARGV[6], n, 1) or over(ARGV[7], cpu, tonumber(ARGV[4]))
+   or over(ARGV[8], mem, tonumber(ARGV[5])) then
+  return {'quota', tostring(n), tostring(cpu), tostring(mem)}
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('HINCRBY', KEYS[3], 'n', 1)
+redis.call('HINCRBYFLOAT', KEYS[3], 'cpu', ARGV[4])
+redis.call('HINCRBYFLOAT', KEYS[3], 'memory', ARGV[5])
+return false
+"""
+# KEYS: sb:{id}, sbs, reaped; ARGV: id, now, reaped (1 or 0), key prefix
+_DELETE = """
+local raw = redis.call('GET', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if not raw then return false end
+redis.call('DEL', KEYS[1])
+local record = cjson.decode(raw)
+local limits = record['spec']['limits']
+local usage = ARGV[4] .. 'usage:' .. record['owner']
+if redis.call('HINCRBY', usage, 'n', -1) <= 0 then
+  redis.call('DEL', usage)
+else
+  redis.call('HINCRBYFLOAT', usage, 'cpu', -(tonumber(limits['cpu']) or 0))
+  redis.call('HINCRBYFLOAT', usage, 'memory', -(tonumber(limits['memory']) or 0))
+end
+if ARGV[3] == '1' then
+  redis.call('ZADD', KEYS[3], ARGV[2], cjson.encode({ARGV[1], record['owner']}))
+end
+return true
+"""
+
+
 class RedisStore(Store):
-    """Keys under one prefix: sb:{id} (JSON), sbs (zset by expiry, +inf without TTL), job:{id},
-    idem:{key} -> job id (both with the job's expiry), lock:{name}, replica:{id}, reaped (zset).
+    """Keys under one prefix: sb:{id} (JSON), sbs (zset by expiry, +inf without TTL), usage:{owner}
+    (its live sandboxes' count, CPU and memory), job:{id}, idem:{key} -> job id (both with the
+    job's expiry), lock:{name}, replica:{id}, reaped (zset).
 
     The client decodes every reply to str (decode_responses=True); redis-py's hints cannot tell
     that from the call (they say bytes | str, and for z-commands also the WITHSCORES pairs we never
@@ -358,6 +424,8 @@ class RedisStore(Store):
         self._lock = self.redis.register_script(_LOCK)
         self._unlock = self.redis.register_script(_UNLOCK)
         self._add_job = self.redis.register_script(_ADD_JOB)
+        self._claim = self.redis.register_script(_CLAIM)
+        self._delete = self.redis.register_script(_DELETE)
 
     async def start(self) -> None:
         with contextlib.suppress(Exception):  # CONFIG may be disabled on managed Redis
@@ -375,11 +443,28 @@ class RedisStore(Store):
     def _score(record: SandboxRecord) -> float | str:
         return "+inf" if record.expires_at is None else record.expires_at
 
-    async def claim_sandbox(self, record: SandboxRecord) -> SandboxRecord | None:
-        if await self.redis.set(self.p + "sb:" + record.id, record.model_dump_json(), nx=True):
-            await self.redis.zadd(self.p + "sbs", {record.id: self._score(record)})
+    async def claim_sandbox(
+        self, record: SandboxRecord, quota: Quota | None = None
+    ) -> SandboxRecord | None:
+        limits, most = record.spec.limits, quota or Quota(None, None, None, None)
+        answer = await self._claim(
+            keys=[self.p + "sb:" + record.id, self.p + "sbs", self.p + "usage:" + record.owner],
+            args=[
+                record.model_dump_json(),
+                record.id,
+                self._score(record),
+                limits.cpu or 0,
+                limits.memory or 0,
+                *("" if m is None else m for m in (most.sandboxes, most.cpu, most.memory)),
+            ],
+        )
+        if not answer:
             return None
-        return await self.get_sandbox(record.id)
+        if answer[0] == "exists":
+            return SandboxRecord.model_validate_json(answer[1])
+        count, cpu, memory = (float(x) for x in answer[1:])
+        most.check_usage(int(count), cpu, memory, record.spec)  # raises, saying which
+        raise QuotaExceeded("this key's quota is used up: delete sandboxes first")
 
     async def put_sandbox(self, record: SandboxRecord) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -399,13 +484,10 @@ class RedisStore(Store):
         return sorted((SandboxRecord.model_validate_json(r) for r in raws if r), key=lambda r: r.id)
 
     async def delete_sandbox(self, sandbox_id: str, reaped: bool = False) -> None:
-        record = await self.get_sandbox(sandbox_id) if reaped else None
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.p + "sb:" + sandbox_id)
-            pipe.zrem(self.p + "sbs", sandbox_id)
-            if record:
-                pipe.zadd(self.p + "reaped", {json.dumps([sandbox_id, record.owner]): time.time()})
-            await pipe.execute()
+        await self._delete(
+            keys=[self.p + "sb:" + sandbox_id, self.p + "sbs", self.p + "reaped"],
+            args=[sandbox_id, time.time(), "1" if reaped else "0", self.p],
+        )
         # jobs of a deleted sandbox: at most JOB_GRACE more
         for job_id in cast(set[str], await self.redis.smembers(self.p + "jobs:" + sandbox_id)):
             await self.redis.expire(self.p + "job:" + job_id, int(JOB_GRACE), lt=True)

@@ -130,3 +130,14 @@ def create_options(
         "ReadonlyPaths": list(hardening.READ_ONLY_PATHS),
     }
     return ContainerOptions(create, host, extra)
+
+
+def caps_disks(info: dict[str, Any]) -> bool:
+    """Whether the engine's storage driver (its `info`) caps a container's writable layer:
+    btrfs, zfs and devicemapper do, overlay2 only on xfs (mounted with pquota, which the engine
+    does not report: a create then says so)."""
+    driver = info.get("Driver")
+    backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
+    return driver in ("btrfs", "zfs", "devicemapper") or (
+        driver in ("overlay2", "overlay") and backing == "xfs"
+    )

@@ -40,6 +40,7 @@ from pomona.orchestrator.types import (
     ExecRequest,
     ExecResult,
     FileInfo,
+    Limits,
     NetworkMode,
     SandboxInfo,
     SandboxSpec,
@@ -159,7 +160,7 @@ class DockerRuntime:
         )
         self.sandboxes: dict[str, _Live] = {}
         self.me = (os.getpid(), start_time(os.getpid()))
-        self._driver: str | None = None
+        self._disk_quota = False  # known after start(): the storage driver can cap a container
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -168,14 +169,14 @@ class DockerRuntime:
 
     async def start(self) -> None:
         """Adopt this owner's running containers; remove those with a broken record or dead."""
+        info = await self._call(self.client.info)
         if self.oci_runtime:
-            gvisor.check_registered(
-                await self._call(self.client.info), self.oci_runtime, self.engine
-            )
-        containers = await self._call(
+            gvisor.check_registered(info, self.oci_runtime, self.engine)
+        self._disk_quota = containers.caps_disks(info)
+        found = await self._call(
             self.client.containers.list, all=True, filters={"label": f"pomona.owner={self.owner}"}
         )
-        for container in containers:
+        for container in found:
             labels = container.labels or {}
             try:
                 sandbox_id = labels["pomona.sandbox"]
@@ -366,6 +367,10 @@ class DockerRuntime:
             live.release()
             raise
         return live
+
+    def limit_defaults(self, defaults: Limits) -> Limits:
+        """All of them, but a disk limit only where the storage driver caps containers."""
+        return defaults if self._disk_quota else defaults.model_copy(update={"disk": None})
 
     def _seccomp(self) -> str:
         """Pomona's profile as this engine takes it: Docker reads the JSON itself, Podman's

@@ -62,6 +62,7 @@ from pomona.orchestrator.types import (
     ExecRequest,
     ExecResult,
     FileInfo,
+    Limits,
     NetworkMode,
     SandboxInfo,
     SandboxSpec,
@@ -344,6 +345,14 @@ class KubernetesRuntime:
         ):
             self.sandboxes[sandbox_id] = live
         return True
+
+    def limit_defaults(self, defaults: Limits) -> Limits:
+        """What a pod can be given for all: a pids limit only where the kubelet's podPidsLimit
+        is declared (pod_pids_limit, the value every pod then has), a disk limit only with a
+        workspace volume (an ephemeral-storage limit alone makes the kubelet evict the pod)."""
+        pids = self.settings.pod_pids_limit if defaults.pids is not None else None
+        disk = defaults.disk if self.settings.workspace_storage_class else None
+        return defaults.model_copy(update={"pids": pids, "disk": disk})
 
     # -- create and delete --------------------------------------------------------------------
 

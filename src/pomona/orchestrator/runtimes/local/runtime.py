@@ -38,6 +38,7 @@ from pomona.orchestrator.types import (
     ExecRequest,
     ExecResult,
     FileInfo,
+    Limits,
     NetworkMode,
     SandboxInfo,
     SandboxSpec,
@@ -137,6 +138,14 @@ class LocalRuntime:
         record = record or Record(id=directory.name, spec={}, created_at=0, lowers=[], image_env={})
         cgroup = Cgroup(record.id, self.cgroup_group, usable=not self.rootless)
         return Live(record, directory, cgroup)
+
+    def limit_defaults(self, defaults: Limits) -> Limits:
+        """No default disk limit (a disk limit is an image per sandbox); as an ordinary user only
+        pids: without a cgroup cpu= cannot be set, and memory= would be RLIMIT_AS, an address
+        space cap that breaks programs reserving more than they use (V8, Go, the JVM)."""
+        if self.rootless:
+            return Limits(pids=defaults.pids)
+        return defaults.model_copy(update={"disk": None})
 
     # -- create and delete --------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from pomona.orchestrator.api_models import (
     SandboxView,
 )
 from pomona.orchestrator.server.dependencies import Coord, OwnedSandbox, State, Who
-from pomona.orchestrator.server.errors import ERRORS
+from pomona.orchestrator.server.errors import CREATES, ERRORS
 from pomona.orchestrator.types import check_text
 
 router = APIRouter()
@@ -77,7 +77,7 @@ async def reap(who: Who, coord: Coord) -> Reaped:
     return Reaped(reaped=await coord.store.recently_reaped(None if who.admin else who.name))
 
 
-@router.post("/sandboxes", response_model=SandboxView, responses=ERRORS)
+@router.post("/sandboxes", response_model=SandboxView, responses=CREATES)
 async def create(body: CreateSandboxRequest, who: Who, state: State) -> SandboxView:
     state.policy.check_spec(who, body.spec())
     async with state.creates.slot():

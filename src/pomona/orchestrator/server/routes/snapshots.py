@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body
 
 from pomona.orchestrator.api_models import ForkBody, SandboxView, SnapshotBody, SnapshotDeleted
 from pomona.orchestrator.server.dependencies import Coord, OwnedSandbox, State, Who
-from pomona.orchestrator.server.errors import ERRORS
+from pomona.orchestrator.server.errors import CREATES, ERRORS
 from pomona.orchestrator.types import SnapshotInfo
 
 router = APIRouter()
@@ -36,7 +36,7 @@ async def delete_snapshot(snapshot_id: str, who: Who, coord: Coord) -> SnapshotD
     )
 
 
-@router.post("/snapshots/{snapshot_id}/fork", response_model=list[SandboxView], responses=ERRORS)
+@router.post("/snapshots/{snapshot_id}/fork", response_model=list[SandboxView], responses=CREATES)
 async def fork(snapshot_id: str, body: ForkBody, who: Who, state: State) -> list[SandboxView]:
     async with state.creates.slot():
         records = await state.coordinator.fork(
