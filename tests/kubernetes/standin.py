@@ -12,7 +12,10 @@ receives is validated against the OpenAPI schema first, as the real API server w
 
 VolumeSnapshots are copies of the claim's directory, restored by copying back (a CSI driver's
 job). What it does not: scheduling, NetworkPolicy enforcement (pods get no network at all),
-sidecars other than `sandbox`, RBAC, watches.
+sidecars other than `sandbox`, RBAC, watches, and the kubelet's user namespaces: `hostUsers:
+false` is kept on the pod, as an API server with UserNamespacesSupport keeps it (or dropped, with
+`user_namespaces = False`, as one with the feature gate off does), but its containers share the
+Docker engine's user namespace, which cannot give one container a range of its own.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class StandIn:
         self.received: list[dict[str, Any]] = []  # every object created, for the tests to inspect
         self.versions = 0
         self.snapshots: dict[str, dict[str, Any]] = {}
+        self.user_namespaces = True  # False: the API server drops hostUsers (feature gate off)
         self.app = self._routes()
 
     # -- pods ---------------------------------------------------------------------------------
@@ -183,6 +187,8 @@ class StandIn:
         if name in self.pods:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
         self.received.append(pod)
+        if not self.user_namespaces:
+            pod["spec"].pop("hostUsers", None)
         pod["metadata"].update(
             uid=str(uuid.uuid4()),
             creationTimestamp=_now(),

@@ -13,7 +13,7 @@ import pytest
 from pomona.errors import InvalidRequest, RuntimeUnavailable
 from pomona.orchestrator.runtimes.kubernetes import gate, objects
 from pomona.orchestrator.runtimes.kubernetes.objects import KubernetesSettings
-from pomona.orchestrator.types import Mount, SandboxSpec
+from pomona.orchestrator.types import Limits, Mount, SandboxSpec
 from tests.kubernetes.schema import validate
 
 PROXY = "pomona-proxy.pomona.svc.cluster.local"
@@ -70,11 +70,13 @@ def test_every_object_is_schema_valid_and_hardened(kind, option):
     )  # a leak outlives no orchestrator for ever
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert not any(k in spec for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert spec["hostUsers"] is False  # root in the pod is an unprivileged id on the node
     assert all("hostPath" not in v for v in spec["volumes"])
     for container in spec["containers"] + spec["initContainers"]:
         ctx = container["securityContext"]
         assert ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False
         assert ctx["capabilities"]["drop"] == ["ALL"]
+        assert ctx["procMount"] == "Default"  # the runtime's masked /proc paths
         if container["name"] != "sandbox":
             assert ctx["runAsNonRoot"] and ctx["readOnlyRootFilesystem"]
             assert "add" not in ctx["capabilities"]
@@ -121,6 +123,8 @@ def test_runtime_class_and_payload_delivery():
     )
     assert mount["subPath"] == "pomona/tools" and mount["readOnly"] is True
     assert pod["spec"]["initContainers"][0]["name"] == "pomona-gate"  # the gate comes first, always
+    # only an operator whose nodes have no user namespaces shares the node's
+    assert build(SPECS["defaults"], host_users=True)[0]["spec"]["hostUsers"] is True
 
 
 def test_limits_become_requests_and_limits():
@@ -131,6 +135,22 @@ def test_limits_become_requests_and_limits():
     pod, _ = build(SPECS["defaults"])
     assert pod["spec"]["containers"][0]["resources"] == {
         "requests": {"cpu": "100m", "memory": "128Mi"}
+    }
+    # the service's default limits cap every pod but reserve only the small requests
+    defaults = Limits(cpu=2, memory=4 * 2**30)
+    spec = SandboxSpec(image="debian:bookworm", limits=defaults)
+    s = KubernetesSettings()
+    assert objects.resources(spec, s, defaults) == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "2000m", "memory": str(4 * 2**30)},
+    }
+    tiny = Limits(cpu=0.05, memory=2**26)  # defaults under the small requests: requests = limits
+    spec = SandboxSpec(image="debian:bookworm", limits=tiny)
+    assert objects.resources(spec, s, tiny)["requests"] == {"cpu": "50m", "memory": str(2**26)}
+    asked = SandboxSpec(image="debian:bookworm", limits={"cpu": 1, "memory": "4Gi"})
+    assert objects.resources(asked, s, defaults)["requests"] == {
+        "cpu": "1000m",
+        "memory": "128Mi",
     }
     pod, _ = build(SPECS["limits"], workspace_storage_class="fast")
     claim = next(v for v in pod["spec"]["volumes"] if v["name"] == "workspace")["ephemeral"]

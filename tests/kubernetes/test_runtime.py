@@ -21,8 +21,10 @@ from pomona.errors import (
     FileNotFoundInSandbox,
     InvalidRequest,
     PathOutsideSandbox,
+    RuntimeUnavailable,
     SandboxConflict,
 )
+from pomona.orchestrator.runtimes.kubernetes import objects
 from pomona.orchestrator.types import ExecChunk, ExecResult
 from tests.conftest import docker_available
 
@@ -80,6 +82,33 @@ def test_every_object_sent_was_schema_valid_and_the_pod_hardened(sb, cluster):
     kinds = {o["kind"] for o in server.received}
     assert {"Pod", "NetworkPolicy"} <= kinds  # the stand-in validates each one as it arrives
     assert sb.info.runtime == "kubernetes" and sb.exec("echo hi").stdout == "hi\n"
+    (pod,) = (
+        o
+        for o in server.received
+        if o["kind"] == "Pod" and o["metadata"]["name"] == objects.pod_name(sb.id)
+    )
+    assert pod["spec"]["hostUsers"] is False
+    sandbox = pod["spec"]["containers"][0]
+    assert sandbox["securityContext"]["procMount"] == "Default"
+    # made without limits, it has the default ones, capped but not reserved
+    cpu = min(2, os.cpu_count() or 1)
+    assert sb.info.spec.limits.cpu == cpu and sb.info.spec.limits.memory
+    assert sandbox["resources"]["limits"]["cpu"] == f"{cpu * 1000}m"
+    assert sandbox["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+
+
+def test_a_cluster_that_drops_host_users_is_refused_in_words(k8s, cluster):
+    """An API server with UserNamespacesSupport off drops hostUsers: false; running that pod
+    would make root in the sandbox root on the node."""
+    server = cluster[1]
+    before = (set(server.pods), set(server.policies))
+    server.user_namespaces = False
+    try:
+        with pytest.raises(RuntimeUnavailable, match="dropped hostUsers: false.*host_users=True"):
+            k8s.create_sandbox(cluster[2])
+    finally:
+        server.user_namespaces = True
+    assert (set(server.pods), set(server.policies)) == before
 
 
 def test_exec_semantics(sb):
@@ -298,8 +327,6 @@ def test_a_warm_pool_pod_is_claimed_then_refilled(cluster):
     """A pool of ready pods per image: a sandbox of the pool's shape takes one (a conditional
     patch, no pod start), the pool refills, other shapes start cold, and close removes what is
     left unclaimed."""
-    from pomona.orchestrator.runtimes.kubernetes import objects
-
     _, server, image, *_ = cluster
 
     def pool() -> list[str]:

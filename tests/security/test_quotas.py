@@ -6,6 +6,7 @@ them) and finds the key's quota holding, with a 429 or 422 that says which maxim
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import tempfile
 import time
@@ -207,3 +208,14 @@ def test_a_sandbox_made_without_limits_has_them(in_process):
             )[0]["HostConfig"]
             assert host["PidsLimit"] == DEFAULT_LIMITS.pids
             assert host["Memory"] == limits.memory > 0 and host["NanoCpus"] > 0
+
+
+@pytest.mark.parametrize("timeout", [math.inf, math.nan, 1e12])
+def test_the_sdk_refuses_a_timeout_that_never_ends(in_process, timeout):
+    from pomona.errors import InvalidRequest
+
+    client, image = in_process
+    before = {s.id for s in client.list_sandboxes()}
+    with pytest.raises(InvalidRequest, match="timeout"):
+        client.create_sandbox(image, timeout=timeout)
+    assert {s.id for s in client.list_sandboxes()} == before

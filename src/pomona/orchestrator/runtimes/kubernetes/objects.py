@@ -6,10 +6,12 @@ A sandbox is one Pod plus one NetworkPolicy that selects only it:
 - the Pod: an init container copies the gate (a static busybox) into an emptyDir; the harness
   payload comes from an image volume or a second init container; the user's image idles under
   the gate as pid 1; in `gateway` mode a sidecar forwards 127.0.0.1:<port> to the one allowed
-  address. Hardened: seccomp RuntimeDefault, no service-account token, no service links, no
-  privilege escalation, every capability dropped (root keeps only what it needs to act as root
-  over files and to drop to the sandbox user, unless `allow_root=False` makes the whole pod
-  non-root), optional runtimeClassName (gVisor, Kata).
+  address. Hardened: its own user namespace (`hostUsers: false`: root in the pod is an
+  unprivileged id on the node), the runtime's masked and read-only /proc paths (`procMount:
+  Default`, the list Docker masks), seccomp RuntimeDefault, no service-account token, no
+  service links, no privilege escalation, every capability dropped (root keeps only what it
+  needs to act as root over files and to drop to the sandbox user, unless `allow_root=False`
+  makes the whole pod non-root), optional runtimeClassName (gVisor, Kata).
 - the NetworkPolicy: no ingress at all; egress none, to the gateway only, or (full) the
   internet minus private, link-local and metadata ranges, plus cluster DNS.
 """
@@ -23,7 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pomona.orchestrator.runtimes.kubernetes import gate
-from pomona.orchestrator.types import SANDBOX_HOME, SANDBOX_UID, NetworkMode, SandboxSpec
+from pomona.orchestrator.types import (
+    SANDBOX_HOME,
+    SANDBOX_UID,
+    Limits,
+    NetworkMode,
+    SandboxSpec,
+    parse_bytes,
+)
 
 GROUP = "pomona.dev"
 APP_LABEL = "app.kubernetes.io/name"
@@ -68,6 +77,9 @@ class KubernetesSettings:
     payload: str = "init-copy"  # or "image-volume" (Kubernetes >= 1.33, containerd >= 2.0)
     runtime_class: str | None = None  # e.g. "gvisor" or "kata"
     allow_root: bool = True  # False: the pod runs as the sandbox user; exec(user="root") is refused
+    host_users: bool = False  # hostUsers: False gives each pod its own user namespace (Kubernetes
+    # >= 1.33 with a runtime and kernel that support them); True only for nodes that cannot, where
+    # root in a pod is root on the node
     root_capabilities: tuple[str, ...] = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID")
     default_cpu: str = "100m"  # requests when the spec sets no limit
     default_memory: str = "128Mi"
@@ -139,9 +151,12 @@ def _quantity_cpu(cores: float) -> str:
     return f"{max(1, round(cores * 1000))}m"
 
 
-def resources(spec: SandboxSpec, settings: KubernetesSettings) -> dict[str, dict[str, str]]:
-    """Requests equal limits where the spec sets one (the scheduler reserves what may be used);
-    small defaults where it sets none."""
+def resources(
+    spec: SandboxSpec, settings: KubernetesSettings, defaults: Limits | None = None
+) -> dict[str, dict[str, str]]:
+    """Requests equal limits where the spec asks for one (the scheduler reserves what may be
+    used); small requests where it sets none, or where its limit is the service's default
+    (`defaults`): a cap every sandbox gets is not a reservation of 2 cores per pod."""
     limits: dict[str, str] = {}
     if spec.limits.cpu:
         limits["cpu"] = _quantity_cpu(spec.limits.cpu)
@@ -150,7 +165,29 @@ def resources(spec: SandboxSpec, settings: KubernetesSettings) -> dict[str, dict
     if spec.limits.disk:
         limits["ephemeral-storage"] = str(spec.limits.disk)
     requests = {"cpu": settings.default_cpu, "memory": settings.default_memory, **limits}
+    for name, asked, default, small, size in (
+        ("cpu", spec.limits.cpu, defaults and defaults.cpu, settings.default_cpu, _cores),
+        (
+            "memory",
+            spec.limits.memory,
+            defaults and defaults.memory,
+            settings.default_memory,
+            _bytes,
+        ),
+    ):
+        if asked and asked == default:  # a default limit: the small request, never above it
+            requests[name] = small if size(small) <= asked else limits[name]
     return {"requests": requests, "limits": limits} if limits else {"requests": requests}
+
+
+def _cores(quantity: str) -> float:
+    """A CPU quantity ("100m", "2") in cores."""
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def _bytes(quantity: str) -> float:
+    """A memory quantity ("128Mi") in bytes."""
+    return float(parse_bytes(quantity) or 0)
 
 
 def _drop_all(uid: int | None = NOBODY) -> dict[str, Any]:
@@ -159,6 +196,7 @@ def _drop_all(uid: int | None = NOBODY) -> dict[str, Any]:
         "privileged": False,
         "capabilities": {"drop": ["ALL"]},
         "readOnlyRootFilesystem": True,
+        "procMount": "Default",
     }
     if uid is not None:
         context.update(runAsUser=uid, runAsGroup=uid, runAsNonRoot=uid != 0)
@@ -172,6 +210,7 @@ def sandbox_context(settings: KubernetesSettings) -> dict[str, Any]:
         "allowPrivilegeEscalation": False,
         "privileged": False,
         "readOnlyRootFilesystem": False,
+        "procMount": "Default",  # the runtime's masked and read-only /proc paths, as Docker's
     }
     if settings.allow_root:
         context.update(
@@ -206,9 +245,11 @@ def sandbox_pod(
     gateway: GatewayRoute | None = None,
     origin: str | None = None,
     workspace_snapshot: str | None = None,
+    defaults: Limits | None = None,
 ) -> dict[str, Any]:
     """The Pod for one sandbox. `workspace_snapshot` names a VolumeSnapshot to fill the workspace
-    volume from (a fork, where the CSI driver snapshots)."""
+    volume from (a fork, where the CSI driver snapshots); `defaults` are the service's default
+    limits (capped, not reserved)."""
     name = pod_name(sandbox_id)
     gate_mount = {"name": "pomona-gate", "mountPath": gate.GATE_DIR, "readOnly": True}
     mounts: list[dict[str, Any]] = [gate_mount, {"name": "pomona-run", "mountPath": gate.RUN_DIR}]
@@ -257,7 +298,7 @@ def sandbox_pod(
             "command": gate.idle_argv(),
             "workingDir": spec.workdir,
             "env": [{"name": k, "value": v} for k, v in spec.env.items()],
-            "resources": resources(spec, settings),
+            "resources": resources(spec, settings, defaults),
             "securityContext": sandbox_context(settings),
             "volumeMounts": mounts,
         }
@@ -282,6 +323,7 @@ def sandbox_pod(
         "terminationGracePeriodSeconds": 1,
         **({"activeDeadlineSeconds": settings.max_lifetime} if settings.max_lifetime else {}),
         "hostname": name[:63],
+        "hostUsers": settings.host_users,
         "securityContext": {
             "seccompProfile": {"type": "RuntimeDefault"},
             **({} if settings.allow_root else {"runAsNonRoot": True, "fsGroup": SANDBOX_UID}),

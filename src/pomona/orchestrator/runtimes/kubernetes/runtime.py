@@ -167,6 +167,7 @@ class KubernetesRuntime:
         self._refilling: asyncio.Task | None = None
         self._closing = False
         self._made_warm: dict[str, str] = {}  # pool pods this process made -> resourceVersion
+        self._defaults: Limits | None = None  # the service's default limits (limit_defaults)
         self.core, self.stream_core, self.custom, self._api = self._clients(
             api, kubeconfig, context
         )
@@ -279,7 +280,6 @@ class KubernetesRuntime:
                 continue  # another process may still be creating it
             else:
                 await self._remove(pod.metadata.name)
-        self._refill()
         policies = await self._call(
             self.networking().list_namespaced_network_policy, ns, label_selector=self._selector()
         )
@@ -291,6 +291,9 @@ class KubernetesRuntime:
                     ns,
                     missing_ok=True,
                 )
+        # last, with no await after it: the service sets the default limits (limit_defaults)
+        # before the filler's first step, so pool pods have the shape defaulted specs have
+        self._refill()
 
     def networking(self) -> Any:
         from kubernetes import client
@@ -349,10 +352,13 @@ class KubernetesRuntime:
     def limit_defaults(self, defaults: Limits) -> Limits:
         """What a pod can be given for all: a pids limit only where the kubelet's podPidsLimit
         is declared (pod_pids_limit, the value every pod then has), a disk limit only with a
-        workspace volume (an ephemeral-storage limit alone makes the kubelet evict the pod)."""
+        workspace volume (an ephemeral-storage limit alone makes the kubelet evict the pod).
+        Pods capped at these are not reserved at them (objects.resources), and pool pods have
+        them."""
         pids = self.settings.pod_pids_limit if defaults.pids is not None else None
         disk = defaults.disk if self.settings.workspace_storage_class else None
-        return defaults.model_copy(update={"pids": pids, "disk": disk})
+        self._defaults = defaults.model_copy(update={"pids": pids, "disk": disk})
+        return self._defaults
 
     # -- create and delete --------------------------------------------------------------------
 
@@ -437,6 +443,7 @@ class KubernetesRuntime:
             route,
             origin=snapshot.id if snapshot else None,
             workspace_snapshot=volume_snapshot,
+            defaults=self._defaults,
         )
         policy = objects.network_policy(sandbox_id, spec, self.settings, self.owner, route)
         ns, name = self.settings.namespace, pod["metadata"]["name"]
@@ -448,7 +455,7 @@ class KubernetesRuntime:
                 self.sandboxes[sandbox_id] = live
                 return live.info()
         try:
-            await self._call(self.core.create_namespaced_pod, ns, pod)
+            await self._create_pod(pod)
         except SandboxConflict:
             raise SandboxConflict(f"sandbox {sandbox_id!r} is being created or removed") from None
         except BaseException:
@@ -483,10 +490,29 @@ class KubernetesRuntime:
         """What a pod is made of: the spec less what only metadata holds (labels, TTL)."""
         return spec.model_dump(exclude={"labels", "timeout"})
 
+    def _pool_spec(self, image: str) -> SandboxSpec:
+        """The spec of a pool pod: a sandbox of `image` with nothing set but the defaults."""
+        return SandboxSpec(image=image, limits=self._defaults or Limits())
+
     def _poolable(self, spec: SandboxSpec) -> bool:
         return self.settings.warm_pools.get(spec.image, 0) > 0 and self._shape(spec) == self._shape(
-            SandboxSpec(image=spec.image)
+            self._pool_spec(spec.image)
         )
+
+    async def _create_pod(self, pod: dict[str, Any]) -> None:
+        """Create the pod; one the API server stripped of `hostUsers: false` (its
+        UserNamespacesSupport feature gate off) would make root inside root on the node: it is
+        removed and the error says what to do."""
+        ns, name = self.settings.namespace, pod["metadata"]["name"]
+        made = await self._call(self.core.create_namespaced_pod, ns, pod)
+        if pod["spec"].get("hostUsers") is False and made.spec.host_users is not False:
+            await asyncio.shield(self._remove(name))
+            raise RuntimeUnavailable(
+                "this cluster's API server dropped hostUsers: false from the pod (its "
+                "UserNamespacesSupport feature gate is off; Kubernetes 1.33 has it on): without "
+                "a user namespace of its own, root in a sandbox is root on the node. Enable it, "
+                "or set host_users=True (POMONA_K8S_HOST_USERS=true) to accept that"
+            )
 
     async def _claim(
         self, sandbox_id: str, spec: SandboxSpec, metadata: dict[str, Any], created_at: float
@@ -558,8 +584,10 @@ class KubernetesRuntime:
 
     async def _make_warm(self, image: str) -> None:
         warm_id = f"warm-{secrets.token_hex(6)}"
-        spec = SandboxSpec(image=image)
-        pod = objects.sandbox_pod(warm_id, spec, self.settings, self.owner, time.time())
+        spec = self._pool_spec(image)
+        pod = objects.sandbox_pod(
+            warm_id, spec, self.settings, self.owner, time.time(), defaults=self._defaults
+        )
         pod["metadata"]["labels"][objects.WARM_LABEL] = objects.id_hash(image)
         ns, name = self.settings.namespace, pod["metadata"]["name"]
         await self._call(
@@ -567,7 +595,7 @@ class KubernetesRuntime:
             ns,
             objects.network_policy(warm_id, spec, self.settings, self.owner),
         )
-        await self._call(self.core.create_namespaced_pod, ns, pod)
+        await self._create_pod(pod)
         try:
             await self._wait_running(name)
             live = _Live(id=warm_id, pod=name, spec=spec, created_at=time.time())
