@@ -164,6 +164,24 @@ def test_the_sqlite_store_claims_within_the_quota_atomically(tmp_path):
         asyncio.run(store.close())
 
 
+def test_by_default_one_key_cannot_hold_hundreds_of_sandboxes(tmp_path):
+    """The fuzzing case's 749 live sandboxes of one key, against `pomona serve`'s default quota."""
+    store = SqliteStore(tmp_path / "store.db")
+
+    async def fill() -> int:
+        held = 0
+        with pytest.raises(QuotaExceeded, match="128 live sandboxes"):
+            for i in range(749):
+                await store.claim_sandbox(_lease("fuzzer", i), Quota())
+                held += 1
+        return held
+
+    try:
+        assert asyncio.run(fill()) == Quota().sandboxes == 128
+    finally:
+        asyncio.run(store.close())
+
+
 def test_the_redis_store_claims_within_the_quota_atomically():
     from tests.service.harness import RedisServer
 

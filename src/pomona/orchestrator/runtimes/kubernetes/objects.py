@@ -251,45 +251,7 @@ def sandbox_pod(
     volume from (a fork, where the CSI driver snapshots); `defaults` are the service's default
     limits (capped, not reserved)."""
     name = pod_name(sandbox_id)
-    gate_mount = {"name": "pomona-gate", "mountPath": gate.GATE_DIR, "readOnly": True}
-    mounts: list[dict[str, Any]] = [gate_mount, {"name": "pomona-run", "mountPath": gate.RUN_DIR}]
-    volumes: list[dict[str, Any]] = [
-        {"name": "pomona-gate", "emptyDir": {"sizeLimit": "16Mi"}},
-        {"name": "pomona-run", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
-    ]
-    init = [
-        {
-            "name": "pomona-gate",
-            "image": settings.gate_image,
-            "imagePullPolicy": settings.image_pull_policy,
-            "command": [
-                "/pomona/gate/busybox",
-                "cp",
-                "/pomona/gate/busybox",
-                f"{gate.GATE_DIR}/busybox",
-            ],
-            "volumeMounts": [{"name": "pomona-gate", "mountPath": gate.GATE_DIR}],
-            "securityContext": _drop_all(),
-            "resources": _tiny(),
-        }
-    ]
-    for mount in spec.mounts:
-        volume, extra_init = _payload_volume(mount.target, settings)
-        volumes.append(volume)
-        payload_mount = {"name": volume["name"], "mountPath": mount.target, "readOnly": True}
-        if "image" in volume:  # the tools image keeps the payload at /pomona/tools
-            payload_mount["subPath"] = "pomona/tools"
-        mounts.append(payload_mount)
-        init += extra_init
-    if settings.workspace_storage_class:
-        volumes.append(_workspace_volume(spec, settings, workspace_snapshot))
-        mounts.append({"name": "workspace", "mountPath": spec.workdir})
-    elif not settings.allow_root:  # nobody can make them the sandbox user's: writable volumes
-        volumes.append({"name": "workspace", "emptyDir": {}})
-        mounts.append({"name": "workspace", "mountPath": spec.workdir})
-    if not settings.allow_root and spec.workdir != SANDBOX_HOME:
-        volumes.append({"name": "home", "emptyDir": {}})
-        mounts.append({"name": "home", "mountPath": SANDBOX_HOME})
+    volumes, mounts, init = _storage(spec, settings, workspace_snapshot)
     containers = [
         {
             "name": "sandbox",
@@ -332,14 +294,7 @@ def sandbox_pod(
         "containers": containers,
         "volumes": volumes,
     }
-    if settings.runtime_class:
-        pod_spec["runtimeClassName"] = settings.runtime_class
-    if settings.node_selector:
-        pod_spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        pod_spec["tolerations"] = list(settings.tolerations)
-    if settings.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    pod_spec.update(_scheduling(settings))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -356,6 +311,64 @@ def sandbox_pod(
         },
         "spec": pod_spec,
     }
+
+
+def _scheduling(settings: KubernetesSettings) -> dict[str, Any]:
+    """Where and how the pod runs, as far as the operator set it."""
+    optional = {
+        "runtimeClassName": settings.runtime_class,
+        "nodeSelector": dict(settings.node_selector),
+        "tolerations": list(settings.tolerations),
+        "imagePullSecrets": [{"name": s} for s in settings.image_pull_secrets],
+    }
+    return {key: value for key, value in optional.items() if value}
+
+
+def _storage(
+    spec: SandboxSpec, settings: KubernetesSettings, workspace_snapshot: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes, the sandbox container's mounts of them, and the init containers that
+    fill them: the gate, the harness payload, the workspace and home volumes."""
+    gate_mount = {"name": "pomona-gate", "mountPath": gate.GATE_DIR, "readOnly": True}
+    mounts: list[dict[str, Any]] = [gate_mount, {"name": "pomona-run", "mountPath": gate.RUN_DIR}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "pomona-gate", "emptyDir": {"sizeLimit": "16Mi"}},
+        {"name": "pomona-run", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+    ]
+    init = [
+        {
+            "name": "pomona-gate",
+            "image": settings.gate_image,
+            "imagePullPolicy": settings.image_pull_policy,
+            "command": [
+                "/pomona/gate/busybox",
+                "cp",
+                "/pomona/gate/busybox",
+                f"{gate.GATE_DIR}/busybox",
+            ],
+            "volumeMounts": [{"name": "pomona-gate", "mountPath": gate.GATE_DIR}],
+            "securityContext": _drop_all(),
+            "resources": _tiny(),
+        }
+    ]
+    for mount in spec.mounts:
+        volume, extra_init = _payload_volume(mount.target, settings)
+        volumes.append(volume)
+        payload_mount = {"name": volume["name"], "mountPath": mount.target, "readOnly": True}
+        if "image" in volume:  # the tools image keeps the payload at /pomona/tools
+            payload_mount["subPath"] = "pomona/tools"
+        mounts.append(payload_mount)
+        init += extra_init
+    if settings.workspace_storage_class:
+        volumes.append(_workspace_volume(spec, settings, workspace_snapshot))
+        mounts.append({"name": "workspace", "mountPath": spec.workdir})
+    elif not settings.allow_root:  # nobody can make them the sandbox user's: writable volumes
+        volumes.append({"name": "workspace", "emptyDir": {}})
+        mounts.append({"name": "workspace", "mountPath": spec.workdir})
+    if not settings.allow_root and spec.workdir != SANDBOX_HOME:
+        volumes.append({"name": "home", "emptyDir": {}})
+        mounts.append({"name": "home", "mountPath": SANDBOX_HOME})
+    return volumes, mounts, init
 
 
 def _payload_volume(
