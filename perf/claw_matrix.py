@@ -7,6 +7,8 @@ QwenClawBench tasks only (they need no tools but the shell); the native loop pla
 
     python perf/claw_matrix.py                         # 8 Claw-Eval + 4 QwenClawBench tasks
     python perf/claw_matrix.py --all --harnesses claw-eval claude-code   # every solution
+    python perf/claw_matrix.py --first 3 --out DIR     # 3 tasks of each, trajectories kept
+    python perf/claw_matrix.py --regrade DIR...        # tabulate what earlier runs recorded
 
 Prints markdown: one row per task, one column per harness, each cell the episode's score and
 `=` where the official grader gives the same (`≠ x` with its score where it does not, `n/a`
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
 import sys
 import tarfile
 import tempfile
@@ -114,36 +117,25 @@ def cell(record: Any, theirs: float | None) -> str:
     return f"{record.reward:.2f} {mark}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--harnesses", nargs="*", default=HARNESSES)
-    p.add_argument("--all", action="store_true", help="every scripted solution, not the slice")
-    args = p.parse_args(argv)
-    from pomona.harnesses import payload
-    from pomona.proxy import ProxyConfig, ProxyServer
+def recorded(directories: list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{kind: {harness: {task: episode}}} of the agent episodes earlier runs recorded."""
+    from types import SimpleNamespace
 
-    report = payload.install(args.harnesses)
-    harnesses = [h for h in args.harnesses if h not in {**report.unavailable, **report.failed}]
-    chosen = {
-        "claw-eval": None if args.all else CLAW_SLICE,
-        "qwenclawbench": None if args.all else QWEN_SLICE,
-    }
-    table: dict[str, dict[str, str]] = {}
-    started = time.monotonic()
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        ProxyServer(ProxyConfig(trajectories=Path(tmp) / "runs")) as proxy,
-    ):
-        for kind, ids in chosen.items():
-            tasks = solved(kind, ids)
-            for harness in harnesses:
-                # Claw-Eval's tasks need their tools (MCP); its own loop plays only its own tasks
-                if not (harness in MCP if kind == "claw-eval" else harness != "claw-eval"):
-                    continue
-                records = play(tasks, harness, proxy, str(Path(tmp) / harness / kind))
-                theirs = official_scores(kind, records, proxy, Path(tmp) / "work")
-                for (task, record), score in zip(records.items(), theirs, strict=True):
-                    table.setdefault(task, {})[harness] = cell(record, score)
+    from pomona import trajectories
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for directory in directories:
+        for r in trajectories.read(directory, "episodes").to_pylist():
+            if json.loads(r["metadata"] or "{}").get("role"):
+                continue  # a judge's or the simulated user's episode
+            kind, task = r["task"].split("/", 1)
+            out.setdefault(kind, {}).setdefault(r["harness"], {})[task] = SimpleNamespace(
+                failure_kind=r["failure_kind"], reward=r["reward"], artifacts=r["artifacts"] or []
+            )
+    return out
+
+
+def tabulate(table: dict[str, dict[str, str]], harnesses: list[str], seconds: float) -> None:
     print(f"| task | {' | '.join(harnesses)} |")
     print(f"|---|{'---|' * len(harnesses)}")
     for task, row in table.items():
@@ -151,7 +143,53 @@ def main(argv: list[str] | None = None) -> int:
     equal = sum(c.endswith(" =") for row in table.values() for c in row.values())
     scored = sum(c[:1].isdigit() for row in table.values() for c in row.values())
     print(f"\n{equal}/{scored} episodes scored as the official grader scores them; "
-          f"{len(table)} tasks, {time.monotonic() - started:.0f} s")  # fmt: skip
+          f"{len(table)} tasks, {seconds:.0f} s")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--harnesses", nargs="*", default=HARNESSES)
+    p.add_argument("--all", action="store_true", help="every scripted solution, not the slice")
+    p.add_argument("--first", type=int, help="only the first N tasks of each benchmark's slice")
+    p.add_argument(
+        "--out", type=Path, help="keep the run's trajectories here (default: a temp dir)"
+    )
+    p.add_argument(
+        "--regrade", type=Path, nargs="+", metavar="DIR",
+        help="play nothing: tabulate the episodes recorded in DIR... (earlier runs' trajectories)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    from pomona.harnesses import payload
+    from pomona.proxy import ProxyConfig, ProxyServer
+
+    if args.regrade:
+        harnesses = args.harnesses
+    else:
+        report = payload.install(args.harnesses)
+        harnesses = [h for h in args.harnesses if h not in {**report.unavailable, **report.failed}]
+    chosen = {
+        "claw-eval": None if args.all else CLAW_SLICE[: args.first],
+        "qwenclawbench": None if args.all else QWEN_SLICE[: args.first],
+    }
+    table: dict[str, dict[str, str]] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.out or Path(tmp)
+        earlier = recorded(args.regrade) if args.regrade else {}
+        with ProxyServer(ProxyConfig(trajectories=work / "runs")) as proxy:
+            for kind, ids in chosen.items():
+                tasks = [] if args.regrade else solved(kind, ids)
+                for harness in harnesses:
+                    # Claw-Eval's tasks need their tools (MCP); its own loop plays only its own
+                    if not (harness in MCP if kind == "claw-eval" else harness != "claw-eval"):
+                        continue
+                    records = earlier.get(kind, {}).get(harness, {}) if args.regrade else play(
+                        tasks, harness, proxy, str(work / harness / kind)
+                    )  # fmt: skip
+                    theirs = official_scores(kind, records, proxy, work / "work")
+                    for (task, record), score in zip(records.items(), theirs, strict=True):
+                        table.setdefault(task, {})[harness] = cell(record, score)
+    tabulate(table, harnesses, time.monotonic() - started)
     return 0
 
 
