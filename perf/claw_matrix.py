@@ -130,7 +130,10 @@ def recorded(directories: list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
                 continue  # a judge's or the simulated user's episode
             kind, task = r["task"].split("/", 1)
             out.setdefault(kind, {}).setdefault(r["harness"], {})[task] = SimpleNamespace(
-                failure_kind=r["failure_kind"], reward=r["reward"], artifacts=r["artifacts"] or []
+                failure_kind=r["failure_kind"],
+                reward=r["reward"],
+                artifacts=r["artifacts"] or [],
+                episode=r["episode"],
             )
     return out
 
