@@ -138,6 +138,16 @@ def recorded(directories: list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
+def release(work: Path) -> None:
+    """Close the rollouts' sandbox clients and unmount their stores (else the temp dir stays)."""
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+    from pomona.orchestrator.sdk.shared import _close_all
+
+    _close_all()
+    for store in work.glob("*/*/store"):
+        LocalRuntime(str(store.parent)).unmount_store()
+
+
 def tabulate(table: dict[str, dict[str, str]], harnesses: list[str], seconds: float) -> None:
     print(f"| task | {' | '.join(harnesses)} |")
     print(f"|---|{'---|' * len(harnesses)}")
@@ -192,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     theirs = official_scores(kind, records, proxy, work / "work")
                     for (task, record), score in zip(records.items(), theirs, strict=True):
                         table.setdefault(task, {})[harness] = cell(record, score)
+        release(work)
     tabulate(table, harnesses, time.monotonic() - started)
     return 0
 
