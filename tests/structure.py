@@ -49,7 +49,9 @@ LAYERS = {
     "episodes": 7,
     "trainer": 8,
     **dict.fromkeys(("gym", "viewer"), 9),
-    **dict.fromkeys(("run", "resume", "slurm", "demo", "deploy", "doctor", "cli", ""), 10),
+    **dict.fromkeys(
+        ("run", "resume", "slurm", "demo", "deploy", "doctor", "run_cli", "cli", ""), 10
+    ),
 }
 
 

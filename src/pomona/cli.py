@@ -28,7 +28,7 @@ COMMANDS: dict[str, Command] = {
                          "install, list and check the agent harnesses"),
     "tasks": Command("pomona.benchmarks.swebench.task_sets", "add_tasks_parser",
                      "build and inspect the local task sets"),
-    "run": Command("pomona.run", "add_run_parser",
+    "run": Command("pomona.run_cli", "add_run_parser",
                    "run a harness with a model on a benchmark, graded and recorded"),
     "leaderboard": Command("pomona.benchmarks.leaderboard", "add_leaderboard_parser",
                            "rank (benchmark, harness, model) from stored episodes"),

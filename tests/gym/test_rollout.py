@@ -13,7 +13,7 @@ import pomona.gym
 from pomona import trajectories
 from pomona.benchmarks import builtin
 from pomona.benchmarks.task import CommandScorer, Task
-from pomona.episodes.rollouts import summary
+from pomona.episodes.rollouts import blocking, summary
 from pomona.orchestrator.sdk.shared import shared_client
 
 # Only the hanging task has a short budget: it cannot finish in it on any machine, and the
@@ -132,3 +132,25 @@ def test_twenty_episodes_with_failures(gym_state, gym_proxy, runs):
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError):
         asyncio.run(pomona.gym.rollout(GOOD, "pi", "oracle", n=0))
+
+
+def test_a_blocking_run_works_where_a_loop_already_runs():
+    """run_benchmark and the trainers' rollouts are called from notebooks and from under a sync
+    Playwright session, where this thread's loop is running: asyncio.run alone refuses there."""
+
+    async def answer() -> tuple[str, bool]:
+        return threading.current_thread().name, asyncio.get_running_loop() is not outer
+
+    async def inside() -> tuple[str, bool]:
+        return blocking(answer())
+
+    outer = None
+    assert blocking(answer()) == (threading.current_thread().name, True)  # no loop: this thread
+
+    async def nested() -> tuple[str, bool]:
+        nonlocal outer
+        outer = asyncio.get_running_loop()
+        return await inside()
+
+    name, own_loop = asyncio.run(nested())
+    assert name.startswith("pomona-blocking") and own_loop

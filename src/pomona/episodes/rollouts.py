@@ -26,9 +26,9 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from pomona.benchmarks import builtin
 from pomona.benchmarks.browser.stage import Judging
@@ -184,3 +184,17 @@ def summary(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
         "mean_reward": sum(r.reward for r in ran) / len(ran) if ran else None,  # type: ignore[misc]
         "resolved": sum(bool(r.resolved) for r in ran),
     }
+
+
+T = TypeVar("T")
+
+
+def blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, also where this thread already runs a loop (a notebook, a sync Playwright
+    session): then the coroutine gets a thread and a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1, thread_name_prefix="pomona-blocking") as pool:
+        return pool.submit(asyncio.run, coroutine).result()

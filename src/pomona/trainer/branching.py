@@ -17,7 +17,6 @@ Two ways to reach the state of turn t:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -109,7 +108,7 @@ def harness_values(
     """V(t) for every turn of a recorded harness episode (its `calls` rows): for each t, k runs
     of `harness` on `task` whose first t turns are replayed and the rest answered by `then`
     (any policy: a LocalModel's `act`, a function). `proxy` must hold calls (an in-process ProxyServer)."""
-    from pomona.episodes.rollouts import rollout
+    from pomona.episodes.rollouts import blocking, rollout
     from pomona.proxy.replay import Replayer, recorded_turns
 
     turns = recorded_turns(calls)
@@ -119,7 +118,7 @@ def harness_values(
     for t in range(len(turns) + 1):
         replayer = Replayer(turns, upto=t, then=then)
         n = 1 if t == len(turns) else k  # the full replay is the recorded outcome: run it once
-        records = asyncio.run(rollout([task], harness, policy=replayer, n=n,
+        records = blocking(rollout([task], harness, policy=replayer, n=n,
                                       concurrency=concurrency or n, proxy=proxy, runtime=runtime,
                                       state_dir=state_dir, timeout=timeout, dialect=dialect,
                                       progress=False))  # fmt: skip

@@ -217,13 +217,11 @@ def evaluate(
 ) -> dict[str, Any]:  # fmt: skip
     """Success of the served policy on `tasks`: resolved of scored episodes, its Wilson
     interval, infra failures apart (never a 0)."""
-    import asyncio
-
-    from pomona.episodes.rollouts import rollout
+    from pomona.episodes.rollouts import blocking, rollout
 
     model = f"{policy.name}-greedy" if greedy else policy.name
     t0 = time.monotonic()
-    records = asyncio.run(rollout(tasks, harness, model, n=n, proxy=policy.proxy,
+    records = blocking(rollout(tasks, harness, model, n=n, proxy=policy.proxy,
                                   state_dir=state_dir, concurrency=concurrency, timeout=timeout,
                                   progress=False))  # fmt: skip
     scored = [r for r in records if r.reward is not None]

@@ -37,7 +37,6 @@ harness, proxy, recording), the token-exact samples, the reward, BAR, the weight
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -155,7 +154,9 @@ class RolloutFunc:
             else:
                 groups.append((task, 1))
         t0 = time.monotonic()
-        records = asyncio.run(self._episodes(groups))
+        from pomona.episodes.rollouts import blocking
+
+        records = blocking(self._episodes(groups))
         self.seconds["episodes"] += time.monotonic() - t0
         if self.on_episodes is not None:
             self.on_episodes([r for group in records for r in group])
