@@ -309,26 +309,56 @@ SANDBOX_RULES = [  # everything the orchestrator may do, and only in the sandbox
 def render(v: Values) -> list[dict[str, Any]]:
     """The objects, in an order `kubectl apply` can take in one pass."""
     v.check()
-    ns, sbx = v.namespace, v.sandbox_namespace
-    level = "baseline" if v.allow_root else "restricted"  # root sandboxes keep a few capabilities
     shared_volume = not (v.trajectories and v.snapshot_store)
-    objects: list[dict[str, Any]] = [
+    objects = _namespaces(v) + _access(v)
+    objects += [
+        _policy("default-deny", v.sandbox_namespace, {}, [], []),
+        _policy("default-deny", v.namespace, {}, [], []),
+        *_service_policies(v),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta("pomona-orchestrator", v.namespace, "orchestrator"),
+            "data": _runtime_settings(v),
+        },
+    ]
+    if shared_volume:
+        objects.append(_shared_claim(v))
+    if v.models:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _meta("pomona-proxy-models", v.namespace, "pomona-proxy"),
+                "data": {"models.yaml": _yaml({"model_list": v.models})},
+            }
+        )
+    objects += _redis(v) + _orchestrator(v, shared_volume) + _proxy(v, shared_volume)
+    objects += _ingresses(v)
+    return objects
+
+
+def _namespaces(v: Values) -> list[dict[str, Any]]:
+    """Pomona's own namespace (restricted) and the sandboxes' (baseline when root is allowed:
+    root sandboxes keep a few capabilities)."""
+    level = "baseline" if v.allow_root else "restricted"
+    return [
         {
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {
-                "name": ns,
-                "labels": {PART_OF: "pomona", "pod-security.kubernetes.io/enforce": "restricted"},
+                "name": name,
+                "labels": {PART_OF: "pomona", "pod-security.kubernetes.io/enforce": enforce},
             },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": sbx,
-                "labels": {PART_OF: "pomona", "pod-security.kubernetes.io/enforce": level},
-            },
-        },
+        }
+        for name, enforce in ((v.namespace, "restricted"), (v.sandbox_namespace, level))
+    ]
+
+
+def _access(v: Values) -> list[dict[str, Any]]:
+    """The orchestrator's service account and what it may do in the sandboxes' namespace."""
+    ns, sbx = v.namespace, v.sandbox_namespace
+    return [
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -353,43 +383,24 @@ def render(v: Values) -> list[dict[str, Any]]:
                 {"kind": "ServiceAccount", "name": "pomona-orchestrator", "namespace": ns}
             ],
         },
-        _policy("default-deny", sbx, {}, [], []),
-        _policy("default-deny", ns, {}, [], []),
-        *_service_policies(v),
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta("pomona-orchestrator", ns, "orchestrator"),
-            "data": _runtime_settings(v),
-        },
     ]
-    if shared_volume:
-        claim_spec: dict[str, Any] = {
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": v.shared_storage}},
-        }
-        if v.shared_storage_class:
-            claim_spec["storageClassName"] = v.shared_storage_class
-        objects.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": _meta("pomona-shared", ns, "storage"),
-                "spec": claim_spec,
-            }
-        )
-    if v.models:
-        objects.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": _meta("pomona-proxy-models", ns, "pomona-proxy"),
-                "data": {"models.yaml": _yaml({"model_list": v.models})},
-            }
-        )
-    objects += _redis(v) + _orchestrator(v, shared_volume) + _proxy(v, shared_volume)
-    objects += _ingresses(v)
-    return objects
+
+
+def _shared_claim(v: Values) -> dict[str, Any]:
+    """The volume the orchestrator and the proxy share when trajectories or snapshots have no
+    object store of their own."""
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": v.shared_storage}},
+    }
+    if v.shared_storage_class:
+        spec["storageClassName"] = v.shared_storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta("pomona-shared", v.namespace, "storage"),
+        "spec": spec,
+    }
 
 
 def _yaml(data: Any) -> str:
