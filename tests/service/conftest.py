@@ -17,10 +17,11 @@ import pytest
 
 from pomona.orchestrator.runtimes.memory import MemoryRuntime
 from pomona.orchestrator.server.app import build, create_app
-from pomona.orchestrator.server.coordinator import Coordinator, Timing
+from pomona.orchestrator.server.coordinator import Coordinator
 from pomona.orchestrator.server.keys import KeyRing
 from pomona.orchestrator.server.state import ServiceState
 from pomona.orchestrator.server.store import SqliteStore, Store
+from pomona.orchestrator.server.timing import Timing
 from pomona.orchestrator.service import SandboxService
 from tests.service import commands
 from tests.service.harness import KEYS, RedisServer, server_thread, unmount

@@ -76,7 +76,7 @@ def server_thread(app) -> Iterator[str]:
 
 REPLICA = textwrap.dedent("""
     import logging, sys
-    from pomona.orchestrator.server.coordinator import Timing
+    from pomona.orchestrator.server.timing import Timing
     from pomona.orchestrator.server.app import serve
     logging.basicConfig(level=logging.WARNING)
     port, state, redis = int(sys.argv[1]), sys.argv[2], sys.argv[3] or None

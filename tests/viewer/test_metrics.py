@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pomona import trajectories
 from pomona.orchestrator.server.app import build
-from pomona.orchestrator.server.coordinator import Timing
+from pomona.orchestrator.server.timing import Timing
 from pomona.proxy import ProxyConfig, ProxyServer
 from pomona.proxy.recording import CallRecord
 from tests.service.harness import KEYS, server_thread, unmount

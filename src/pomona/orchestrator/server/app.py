@@ -27,7 +27,7 @@ from fastapi import FastAPI
 
 from pomona.keys import parse_keys
 from pomona.orchestrator.server.admission import Admission
-from pomona.orchestrator.server.coordinator import Coordinator, Timing
+from pomona.orchestrator.server.coordinator import Coordinator
 from pomona.orchestrator.server.envelope import RequestEnvelope
 from pomona.orchestrator.server.errors import add_handlers
 from pomona.orchestrator.server.keys import KeyRing
@@ -37,6 +37,7 @@ from pomona.orchestrator.server.quotas import Quota, parse_quota
 from pomona.orchestrator.server.routes import files, jobs, probes, sandboxes, sessions, snapshots
 from pomona.orchestrator.server.state import ServiceState
 from pomona.orchestrator.server.store import open_store
+from pomona.orchestrator.server.timing import Timing
 from pomona.orchestrator.sources import ImageSources
 from pomona.orchestrator.types import DEFAULT_LIMITS, Limits, parse_bytes, validated
 

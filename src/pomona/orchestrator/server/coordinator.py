@@ -23,7 +23,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pomona.errors import (
@@ -38,6 +37,7 @@ from pomona.orchestrator.server.jobs import Jobs
 from pomona.orchestrator.server.principal import Principal
 from pomona.orchestrator.server.quotas import Quota
 from pomona.orchestrator.server.store import SandboxRecord, Store
+from pomona.orchestrator.server.timing import Timing
 from pomona.orchestrator.service import SandboxService, new_id, with_defaults
 from pomona.orchestrator.types import (
     ExecRequest,
@@ -50,17 +50,6 @@ from pomona.orchestrator.types import (
 
 log = logging.getLogger("pomona.service")
 T = TypeVar("T")
-
-
-@dataclass
-class Timing:
-    """The service's clocks; tests shorten them."""
-
-    maintenance_interval: float = 1.0  # reaper, liveness beat, job purge
-    replica_ttl: float = 5.0  # a replica silent this long is dead
-    lock_ttl: float = 15.0  # an exec lock not renewed this long is free
-    create_wait: float = 900.0  # how long a create waits for another replica creating the same id
-    job_keep_local: float = 60.0  # finished jobs stay in memory (for streams) this long
 
 
 class Coordinator:

@@ -15,16 +15,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pomona.errors import JobNotFound, PomonaError, SandboxConflict, WaitTimedOut, error_named
 from pomona.orchestrator.server.principal import Principal
 from pomona.orchestrator.server.store import JobRecord, SandboxRecord, Store
+from pomona.orchestrator.server.timing import Timing
 from pomona.orchestrator.service import SandboxService, new_id
 from pomona.orchestrator.types import ExecChunk, ExecRequest, ExecResult
-
-if TYPE_CHECKING:
-    from pomona.orchestrator.server.coordinator import Timing
 
 
 @dataclass
