@@ -11,6 +11,7 @@ from typing import Any
 
 from pomona.errors import InvalidRequest
 from pomona.orchestrator.runtimes import hardening
+from pomona.orchestrator.sources import sif_path
 from pomona.orchestrator.types import NetworkMode, SandboxSpec, SnapshotInfo
 
 # Static inits (tini or catatonit) a container can borrow when the engine's own is missing
@@ -140,4 +141,29 @@ def caps_disks(info: dict[str, Any]) -> bool:
     backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
     return driver in ("btrfs", "zfs", "devicemapper") or (
         driver in ("overlay2", "overlay") and backing == "xfs"
+    )
+
+
+def check_image(engine: str, ref: str) -> None:
+    """Refuse, in words, the images only the local runtime runs: the host's root filesystem and
+    SIF files."""
+    if ref == "host":
+        raise InvalidRequest(
+            f"the {engine} runtime cannot use image='host' (the host's root "
+            "filesystem); give an OCI image, or use the local runtime"
+        )
+    if sif_path(ref) is not None:
+        raise InvalidRequest(
+            f"the {engine} runtime cannot run a SIF image ({ref}): the local runtime unpacks those"
+        )
+
+
+def no_disk_quota(engine: str, info: dict[str, Any], message: str) -> str:
+    """Why a disk limit was refused, from the engine's `info`: its storage driver has no quota."""
+    backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "?")
+    return (
+        f"limits.disk is not supported by this {engine} engine: its storage driver "
+        f"({info.get('Driver')} on {backing}) has no per-container size quota "
+        f"(overlay2 needs xfs mounted with pquota). Engine said: {message}. "
+        "Drop limits.disk, or use the local runtime, which has disk quotas everywhere."
     )

@@ -32,7 +32,7 @@ from pomona.orchestrator.runtimes.docker import containers, gvisor
 from pomona.orchestrator.runtimes.docker.engine import DockerPty, EngineExec, attach
 from pomona.orchestrator.runtimes.docker.files import ContainerFS
 from pomona.orchestrator.runtimes.docker.snapshots import Commits
-from pomona.orchestrator.sources import ImageSources, registry_host, sif_path
+from pomona.orchestrator.sources import ImageSources, registry_host
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
     SANDBOX_UID,
@@ -311,7 +311,8 @@ class DockerRuntime:
                 ) from None
             message = self._explain(e)
             if spec.limits.disk and re.search(r"storage.?opt|quota|size", message, re.I):
-                raise InvalidRequest(await self._no_disk_quota(message)) from None
+                info = await self._call(self.client.info)
+                raise InvalidRequest(containers.no_disk_quota(self.engine, info, message)) from None
             raise SandboxFailed(
                 f"{self.engine} could not create sandbox {sandbox_id!r}: {message}"
             ) from None
@@ -379,28 +380,9 @@ class DockerRuntime:
             return hardening.seccomp_file(self.state_dir)
         return hardening.seccomp_json()
 
-    async def _no_disk_quota(self, message: str) -> str:
-        info = await self._call(self.client.info)
-        backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "?")
-        return (
-            f"limits.disk is not supported by this {self.engine} engine: its storage driver "
-            f"({info.get('Driver')} on {backing}) has no per-container size quota "
-            f"(overlay2 needs xfs mounted with pquota). Engine said: {message}. "
-            "Drop limits.disk, or use the local runtime, which has disk quotas everywhere."
-        )
-
     async def _image(self, ref: str) -> str:
-        if ref == "host":
-            raise InvalidRequest(
-                f"the {self.engine} runtime cannot use image='host' (the host's root "
-                "filesystem); give an OCI image, or use the local runtime"
-            )
+        containers.check_image(self.engine, ref)
         self.sources.check(ref)
-        if sif_path(ref) is not None:
-            raise InvalidRequest(
-                f"the {self.engine} runtime cannot run a SIF image ({ref}): the local runtime "
-                "unpacks those"
-            )
         try:
             await self._call(self.client.images.get, ref)
             return ref
