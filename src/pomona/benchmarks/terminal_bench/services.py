@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pomona.benchmarks.terminal_bench.archives import tar_of
 from pomona.benchmarks.terminal_bench.config import Healthcheck, resolve_env
-from pomona.benchmarks.terminal_bench.verifier import tar_of
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient, SyncConnection
 
 RELAY = Path(__file__).with_name("relay.py")

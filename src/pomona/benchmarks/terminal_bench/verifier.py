@@ -24,20 +24,18 @@ with its output in /logs/verifier/test-stdout.txt, and /logs/verifier/reward.jso
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import shlex
-import tarfile
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pomona.benchmarks.pytools import install_pytest
-from pomona.benchmarks.task import Score, Task, VerifierError
+from pomona.benchmarks.task import Environment, Score, Task, VerifierError
 from pomona.benchmarks.terminal_bench import evidence
+from pomona.benchmarks.terminal_bench.archives import sanitized, tar_of
 from pomona.benchmarks.terminal_bench.config import (
     MAIN_SERVICE,
     Artifact,
@@ -50,6 +48,7 @@ from pomona.benchmarks.verification.images import engine_digest, files_digest
 from pomona.benchmarks.verification.integrity import judge
 from pomona.benchmarks.verification.record import Verification
 from pomona.benchmarks.verification.spoof import Finding
+from pomona.errors import UsageError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient
 
 LOGS = "/logs/verifier"
@@ -58,9 +57,24 @@ SEPARATE = "separate"
 MODES = (SEPARATE, "shared")
 
 
-if TYPE_CHECKING:  # both import this module
-    from pomona.benchmarks.terminal_bench import TbTask
+if TYPE_CHECKING:
     from pomona.benchmarks.terminal_bench.services import ServiceGroup
+
+
+@runtime_checkable
+class Verifiable(Protocol):
+    """What the verifier needs of a Terminal-Bench task (a TbTask, whose scorer this is): its
+    environment, rebuilt in a fresh sandbox, and the agent's sidecars."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def environment(self) -> Environment: ...
+
+    def build(self, sandbox: Sandbox) -> None: ...
+
+    def services_of(self, sandbox: Sandbox) -> ServiceGroup | None: ...
 
 
 def parse_reward(files: dict[str, str]) -> dict[str, float]:
@@ -95,51 +109,6 @@ def reward_of(rewards: dict[str, float]) -> float:
 
 
 # --- moving files between sandboxes --------------------------------------------------------------
-
-
-def tar_of(*directories: Path) -> bytes:
-    """The directories' files as one tar, a later directory's file winning over an earlier's (a
-    step's tests over the task's)."""
-    files: dict[str, Path] = {}
-    for directory in directories:
-        for path in sorted(directory.rglob("*")):
-            files[str(path.relative_to(directory))] = path
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, path in sorted(files.items()):
-            tar.add(path, arcname=name, recursive=False)
-    return buf.getvalue()
-
-
-def sanitized(tar_bytes: bytes, exclude: tuple[str, ...] = ()) -> bytes:
-    """A copy of a tar keeping only what tarfile's `data` filter allows (no links out of the
-    tree, no devices, no setuid bits) and nothing `exclude` names: an agent's files are input."""
-    out = io.BytesIO()
-    with (
-        tempfile.TemporaryDirectory() as dest,
-        tarfile.open(fileobj=io.BytesIO(tar_bytes)) as src,
-        tarfile.open(fileobj=out, mode="w") as dst,
-    ):
-        for member in src:
-            name = member.name.removeprefix("./")
-            if any(Path(name).match(p) or name.startswith(p.rstrip("/") + "/") for p in exclude):
-                continue
-            try:
-                clean = tarfile.data_filter(member, dest)
-            except tarfile.FilterError:
-                continue
-            # the filter leaves what it drops unset (owner, directory and link modes): a tar
-            # being written needs values, so the copy is owned by whoever unpacks it
-            clean = clean.replace(
-                uid=0,
-                gid=0,
-                uname="",
-                gname="",
-                deep=False,
-                mode=0o755 if clean.mode is None else clean.mode,
-            )
-            dst.addfile(clean, src.extractfile(member) if member.isfile() else None)
-    return out.getvalue()
 
 
 def read_text(sandbox: Sandbox, path: str) -> str | None:
@@ -239,14 +208,12 @@ class TbScorer:
             )
 
     def collect(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
-        from pomona.benchmarks.terminal_bench import TbTask  # which imports this module
-
-        if not isinstance(task, TbTask):
-            raise TypeError(f"TbScorer verifies Terminal-Bench tasks (TbTask), not {task!r}")
+        if not isinstance(task, Verifiable):
+            raise UsageError(f"TbScorer verifies Terminal-Bench tasks (TbTask), not {task!r}")
         return self.verify_phase(task, sandbox)
 
     def verify_phase(
-        self, task: TbTask, sandbox: Sandbox, step: StepConfig | None = None
+        self, task: Verifiable, sandbox: Sandbox, step: StepConfig | None = None
     ) -> dict[str, Any]:
         """Verify the agent's work as it stands in `sandbox` (after the task, or after `step`):
         the reward files, the verdict and where its evidence was written."""
@@ -267,7 +234,7 @@ class TbScorer:
 
     def _judged(
         self,
-        task: TbTask,
+        task: Verifiable,
         done: dict[str, Any],
         installed: witness.Installed | None,
         spoof: list[Finding],
@@ -320,7 +287,7 @@ class TbScorer:
         return engine_digest(image) if image else None
 
     def _run_collect_hooks(
-        self, task: TbTask, sandbox: Sandbox, step: StepConfig | None
+        self, task: Verifiable, sandbox: Sandbox, step: StepConfig | None
     ) -> list[dict[str, Any]]:
         """harbor's collect hooks: best effort, a failing one is noted and verification goes on."""
         out = []
@@ -344,7 +311,7 @@ class TbScorer:
             )
         return out
 
-    def outputs(self, task: TbTask, step: StepConfig | None) -> tuple[Artifact, ...]:
+    def outputs(self, task: Verifiable, step: StepConfig | None) -> tuple[Artifact, ...]:
         """What the task's format names as the agent's output: its (and the step's) declared
         artifacts, else its whole working directory."""
         declared = (self.config.artifacts if self.config else ()) + (step.artifacts if step else ())
@@ -352,7 +319,11 @@ class TbScorer:
 
     @contextlib.contextmanager
     def fresh_verifier(
-        self, task: TbTask, agent: Sandbox, client: SandboxClient, step: StepConfig | None = None
+        self,
+        task: Verifiable,
+        agent: Sandbox,
+        client: SandboxClient,
+        step: StepConfig | None = None,
     ) -> Iterator[_Fresh]:
         """harbor's separate verifier: the verifier's environment built fresh, the witness put
         in, then only the agent's declared output copied in (and read by the spoof rules)."""
@@ -374,7 +345,7 @@ class TbScorer:
     @contextlib.contextmanager
     def verifier_sandbox(
         self,
-        task: TbTask,
+        task: Verifiable,
         agent: Sandbox,
         client: SandboxClient,
         mode: str = SEPARATE,
@@ -388,7 +359,7 @@ class TbScorer:
             yield fresh.target
 
     def _fresh_environment(
-        self, task: TbTask, client: SandboxClient, step: StepConfig | None
+        self, task: Verifiable, client: SandboxClient, step: StepConfig | None
     ) -> Sandbox:
         """The verifier's own environment: its image, or the task's environment built anew."""
         cfg = self.config
@@ -435,7 +406,7 @@ class TbScorer:
 
     def verify(
         self,
-        task: Task,
+        task: Verifiable,
         sandbox: Sandbox,
         step: StepConfig | None = None,
         witnessed: dict[str, str] | None = None,
