@@ -1,8 +1,9 @@
 """Offline proof of fidelity. Official tasks ship no oracle, so tests/claw/solutions/ holds
 scripted solutions (tool calls, shell commands, final words) for 33 Claw-Eval tasks over every
-offline service and 10 QwenClawBench tasks. The suite plays 13 of them (a Claw-Eval task for
-each of its 13 offline services, the judged ones, QwenClawBench's judged, partial and hybrid
-cases); POMONA_CLAW_FIDELITY=all plays all 43 (the figure in docs/claw.md). Each is played
+offline service and 10 QwenClawBench tasks. The suite plays 7 of them (4 Claw-Eval tasks: the
+calendar's services, the disambiguating and the judged ones, a restocking chain; QwenClawBench's
+judged, partial and hybrid cases); POMONA_CLAW_FIDELITY=all plays all 43 (the figure in
+docs/claw.md: each of Claw-Eval's 13 offline services is played there). Each is played
 once, for real, by the scripted model: the Claw-Eval ones through Claw-Eval's own loop (the
 `claw-eval` harness), the QwenClawBench ones through Claude Code. Then, on the conversation each
 episode recorded:
@@ -39,10 +40,8 @@ pytestmark = pytest.mark.timeout(3600)
 QWEN_HARNESS = "claude-code"
 SAMPLE = {
     "claw-eval": [
-        "T003zh_calendar_scheduling", "T011zh_expense_report", "T013zh_meeting_notes",
-        "T015zh_kb_search", "T017zh_ticket_triage", "T023zh_crm_data_export",
-        "T025zh_ambiguous_contact_email", "T087_pinbench_market_news_brief",
-        "T123zh_todo_calendar_conflict", "T137zh_restock_chain_check",
+        "T003zh_calendar_scheduling", "T025zh_ambiguous_contact_email",
+        "T087_pinbench_market_news_brief", "T137zh_restock_chain_check",
     ],
     "qwenclawbench": [
         "task_00030_openclaw_gateway_crash_root_cause_analysis_and_recovery_plan",

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from pomona import SandboxClient
-from pomona.harnesses import names, payload, tools_mount
+from pomona.harnesses import get, names, payload, tools_mount
 from pomona.proxy import ProxyConfig, ProxyServer
 from pomona.proxy.control import gateway
 from tests.conftest import docker_available
 
 ALL = names()
+STANDALONE = [n for n in ALL if get(n).standalone]  # the rest play only their benchmark's tasks
 
 
 @pytest.fixture(scope="session")

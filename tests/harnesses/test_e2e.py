@@ -13,7 +13,7 @@ import pytest
 from pomona import trajectories
 from pomona.harnesses import get
 from pomona.harnesses.check import file_task
-from tests.harnesses.conftest import ALL
+from tests.harnesses.conftest import STANDALONE
 
 pytestmark = pytest.mark.timeout(900)  # a cold machine builds the payload first (~3 min)
 
@@ -37,7 +37,7 @@ def _assert_file_task(sb: Any, proxy: Any, runs: Any, name: str) -> None:
     assert episodes[0]["harness"] == name and episodes[0]["harness_version"] == get(name).version
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", STANDALONE)
 def test_file_task_local(
     name: str, need: Any, local_client: Any, sandbox_for: Any, proxy: Any, runs: Any
 ) -> None:

@@ -171,6 +171,9 @@ class Harness:
     transcript_globs: ClassVar[tuple[str, ...]] = ()  # relative to the run directory
     submit_command: ClassVar[str | None] = None  # a command-protocol harness's "I am done"
     takes_mcp: ClassVar[bool] = False  # launch() renders ctx.mcp into the harness's own config
+    # False: a benchmark's own loop, whose program its tasks lay out (claw-eval): it plays only
+    # those tasks, so the file task of `pomona harnesses check` is not its check
+    standalone: ClassVar[bool] = True
 
     def launch(self, ctx: RunContext) -> Launch:
         raise NotImplementedError

@@ -11,6 +11,8 @@ the MCP SDK; its `pomona-python` also runs the benchmarks' services, relays and 
 
 from __future__ import annotations
 
+import shlex
+
 from pomona.harnesses.base import Harness, Launch, Outputs, PypiInstall, RunContext
 
 LAUNCHER = "/opt/pomona-claw/agent/claw_native.py"  # laid out by the task (benchmarks/claw)
@@ -36,10 +38,13 @@ class ClawEval(Harness):
     )
     command = "pomona-python"
     takes_mcp = True  # the task's MCP relay is offered; the loop reaches the same tools itself
+    standalone = False  # the launcher is laid out by a Claw-Eval task
 
     def launch(self, ctx: RunContext) -> Launch:
+        refuse = f"claw-eval is Claw-Eval's own loop: it plays Claw-Eval tasks only (no {LAUNCHER})"
         argv = ["pomona-python", LAUNCHER, "--model", ctx.model, "--base-url", ctx.base_url]
-        return Launch(argv)
+        script = f"test -f {LAUNCHER} || {{ echo {shlex.quote(refuse)} >&2; exit 2; }}; exec "
+        return Launch(["sh", "-c", script + shlex.join(argv)])
 
     def final_answer(self, out: Outputs) -> str | None:
         finals = [e.get("text") for e in out.json_lines() if e.get("type") == "final"]
