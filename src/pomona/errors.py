@@ -104,6 +104,11 @@ class NoData(UsageError, FileNotFoundError):
     exported set, no Orchard parquet)."""
 
 
+class SystemCallFailed(PomonaError, OSError):
+    """A system call, or the system library that makes it (libseccomp), failed; its errno is
+    OSError's, so callers that test it keep working."""
+
+
 class MissingExtra(PomonaError, RuntimeError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pomona.errors import QuotaExceeded
+from pomona.errors import QuotaExceeded, StoreUnavailable
 from pomona.orchestrator.server.quotas import Quota
 from pomona.orchestrator.server.store import RedisStore, SandboxRecord, SqliteStore, Store
 from pomona.orchestrator.types import DEFAULT_LIMITS, Limits, SandboxSpec
@@ -192,6 +192,29 @@ def test_the_redis_store_claims_within_the_quota_atomically():
             store = RedisStore(server.url)
             try:
                 await _burst(store)
+            finally:
+                await store.close()
+
+        asyncio.run(run())
+    finally:
+        server.close()
+
+
+def test_a_redis_that_evicts_keys_is_refused_at_start():
+    """An evicting Redis could drop a live sandbox's record (its lease, its quota count): the
+    store refuses it when the service starts (the check once swallowed its own error)."""
+    from tests.service.harness import RedisServer
+
+    server = RedisServer().start()
+    try:
+
+        async def run() -> None:
+            store = RedisStore(server.url)
+            try:
+                await store.start()  # noeviction: accepted
+                await store.redis.config_set("maxmemory-policy", "allkeys-lru")
+                with pytest.raises(StoreUnavailable, match="allkeys-lru.*noeviction"):
+                    await store.start()
             finally:
                 await store.close()
 

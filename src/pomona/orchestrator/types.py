@@ -182,7 +182,7 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
     """Names and values a process environment can hold (the OS refuses the rest, later and less clearly)."""
     for name, value in env.items():
         if not name or "=" in name or "\0" in name or "\0" in value:
-            raise ValueError(
+            raise InvalidRequest(
                 f"environment variable {name!r}: names must be non-empty without '=' or "
                 "NUL, and values without NUL"
             )

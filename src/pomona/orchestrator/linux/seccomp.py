@@ -18,6 +18,8 @@ import fcntl
 import functools
 import os
 
+from pomona.errors import SystemCallFailed
+
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_CMP_EQ = 4
 SCMP_CMP_MASKED_EQ = 7
@@ -142,7 +144,7 @@ def _library() -> ctypes.CDLL:
     try:
         lib = ctypes.CDLL(name, use_errno=True)
     except OSError as e:
-        raise OSError(
+        raise SystemCallFailed(
             f"libseccomp is missing ({e}): apt-get install libseccomp2 (./dev setup)"
         ) from e
     lib.seccomp_init.restype = ctypes.c_void_p
@@ -167,7 +169,9 @@ def _rule(lib: ctypes.CDLL, ctx: int, action: int, number: int, *cmps: _Cmp) -> 
     array = (_Cmp * len(cmps))(*cmps) if cmps else None
     result = lib.seccomp_rule_add_array(ctx, action, number, len(cmps), array)
     if result < 0:
-        raise OSError(-result, f"seccomp rule for syscall {number}: {os.strerror(-result)}")
+        raise SystemCallFailed(
+            -result, f"seccomp rule for syscall {number}: {os.strerror(-result)}"
+        )
 
 
 def _masked(arg: int, mask: int, value: int) -> _Cmp:
@@ -191,7 +195,7 @@ def program() -> bytes:
     lib = _library()
     ctx = lib.seccomp_init(_errno(errno.ENOSYS))
     if not ctx:
-        raise OSError("seccomp_init failed")
+        raise SystemCallFailed("seccomp_init failed")
     try:
         # a binary tree over syscall numbers: a few comparisons per syscall instead of hundreds
         lib.seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)
@@ -213,7 +217,7 @@ def program() -> bytes:
             os.close(write)
             write = -1
             if result < 0:
-                raise OSError(-result, f"seccomp_export_bpf: {os.strerror(-result)}")
+                raise SystemCallFailed(-result, f"seccomp_export_bpf: {os.strerror(-result)}")
             chunks = []
             while chunk := os.read(read, 65536):
                 chunks.append(chunk)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pomona.errors import SystemCallFailed
+
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 CLONE_NEWNET = 0x40000000
@@ -30,7 +32,7 @@ CAPABILITY_VERSION_3 = 0x20080522
 def _check(result: int, what: str) -> int:
     if result < 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+        raise SystemCallFailed(err, f"{what}: {os.strerror(err)}")
     return result
 
 
@@ -71,7 +73,7 @@ def creating_as(uid: int, gid: int) -> Iterator[None]:
     _libc.setfsuid(uid)
     try:
         if _libc.setfsuid(-1) != uid:
-            raise OSError(errno.EPERM, f"setfsuid({uid}) did not take")
+            raise SystemCallFailed(errno.EPERM, f"setfsuid({uid}) did not take")
         _raise_effective()
         yield
     finally:

@@ -12,7 +12,6 @@ Idempotency keys live exactly as long as their job.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 import time
@@ -22,7 +21,7 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
-from pomona.errors import QuotaExceeded
+from pomona.errors import QuotaExceeded, SandboxConflict, StoreUnavailable
 from pomona.orchestrator.server.quotas import Quota
 from pomona.orchestrator.types import ExecRequest, ExecResult, SandboxInfo, SandboxSpec
 
@@ -291,7 +290,7 @@ class SqliteStore(Store):
             return job
         row = self._one("SELECT data FROM jobs WHERE idem = ?", idempotency_key)
         if row is None:  # the id itself collided: ids are random, so this is a caller bug
-            raise RuntimeError(f"job id {job.id} already exists")
+            raise SandboxConflict(f"job id {job.id} already exists")
         return JobRecord.model_validate_json(row[0])
 
     async def put_job(self, job: JobRecord) -> None:
@@ -430,13 +429,16 @@ class RedisStore(Store):
         self._delete = self.redis.register_script(_DELETE)
 
     async def start(self) -> None:
-        with contextlib.suppress(Exception):  # CONFIG may be disabled on managed Redis
-            policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
-            if policy and policy != "noeviction":
-                raise RuntimeError(
-                    f"Redis evicts keys (maxmemory-policy={policy}): the store needs "
-                    "noeviction, or live sandboxes could lose their records"
-                )
+        try:
+            reply = await self.redis.config_get("maxmemory-policy")
+        except Exception:  # CONFIG may be disabled on managed Redis: nothing to check then
+            return
+        policy = reply.get("maxmemory-policy")
+        if policy and policy != "noeviction":
+            raise StoreUnavailable(
+                f"Redis evicts keys (maxmemory-policy={policy}): the store needs "
+                "noeviction, or live sandboxes could lose their records"
+            )
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pomona.errors import InvalidRequest
 from pomona.orchestrator.runtimes.kubernetes import gate
 from pomona.orchestrator.types import (
     SANDBOX_HOME,
@@ -500,7 +501,7 @@ def network_policy(
     egress: list[dict[str, Any]] = []
     if spec.network == NetworkMode.gateway:
         if gateway is None:
-            raise ValueError("a gateway sandbox needs its GatewayRoute")
+            raise InvalidRequest("a gateway sandbox needs its GatewayRoute")
         ports = sorted({gateway.port, gateway.peer_port})
         egress.append(
             {"to": list(gateway.peers), "ports": [{"protocol": "TCP", "port": p} for p in ports]}
