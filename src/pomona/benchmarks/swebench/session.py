@@ -22,14 +22,17 @@ from pomona.benchmarks.swebench.instances import TESTBED, SweInstance, patch_fil
 from pomona.benchmarks.swebench.testbed import prepare_testbed
 from pomona.benchmarks.verification import witness
 from pomona.benchmarks.verification.spoof import Finding
+from pomona.errors import EpisodeFailure
 from pomona.orchestrator.sdk.client import Sandbox
 
 PATCH_FILE = "/tmp/patch.diff"  # swebench's CONTAINER_PATCH_FILE
 EVAL_COMMAND = "/bin/bash /eval.sh 2>&1"
 
 
-class TestbedMissing(Exception):
+class TestbedMissing(EpisodeFailure):
     """/testbed is not there, or not a readable git work tree: the environment's fault."""
+
+    kind = "sandbox"
 
 
 @dataclass
