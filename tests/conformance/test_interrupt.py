@@ -34,8 +34,18 @@ def _interrupt_when_present(sandbox, path: str) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+@pytest.fixture
+def interruptible():
+    """Ctrl-C as a terminal delivers it, however the suite was started: a run started in the
+    background by a non-interactive shell (`./dev test &`, nohup, some CI runners) inherits
+    SIGINT ignored, as POSIX has it, and an ignored SIGINT never reaches the waiting caller."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.mark.parametrize("how", ["exec", "exec_stream"])
-def test_an_interrupted_exec_stops_its_command(sandbox, how):
+def test_an_interrupted_exec_stops_its_command(sandbox, how, interruptible):
     marker = f"/tmp/interrupted-{uuid.uuid4().hex[:8]}"
     seconds = 3000 + uuid.uuid4().int % 600  # a sleep no other test runs
     command = f"touch {marker} && sleep {seconds}"
