@@ -1,5 +1,7 @@
 """A private sandbox state directory per test session, so these tests never share the default
-one with whatever else runs on the machine."""
+one with whatever else runs on the machine; and every registry a recipe adds to put back as it
+was after each test, so no toy leaks into the rest of the suite (a toy harness once did:
+tests/harnesses then looked for its payload)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,21 @@ from collections.abc import Iterator
 import pytest
 
 from pomona import SandboxClient
+
+
+@pytest.fixture(autouse=True)
+def registries_as_they_were() -> Iterator[None]:
+    from pomona.benchmarks import registry
+    from pomona.harnesses import registry as harnesses
+    from pomona.orchestrator import runtimes
+    from pomona.proxy import upstream
+
+    tables = [harnesses._added, registry._REGISTRY, runtimes.RUNTIMES, upstream.KINDS]
+    saved = [dict(t) for t in tables]
+    yield
+    for table, before in zip(tables, saved, strict=True):
+        table.clear()
+        table.update(before)
 
 
 @pytest.fixture(scope="session")
