@@ -19,7 +19,7 @@ def registries_as_they_were() -> Iterator[None]:
     from pomona.benchmarks import registry
     from pomona.harnesses import registry as harnesses
     from pomona.orchestrator import runtimes
-    from pomona.proxy import upstream
+    from pomona.proxy import upstream, upstreams  # noqa: F401 - upstreams adds the default kind
 
     tables = [harnesses._added, registry._REGISTRY, runtimes.RUNTIMES, upstream.KINDS]
     saved = [dict(t) for t in tables]
