@@ -74,6 +74,23 @@ def tool_conversation(command: str, answer: str = "ok") -> list[dict]:
     ]  # fmt: skip
 
 
+def sent_ids(tokenizer, row: dict) -> list[int]:
+    """The tokenizer's encoding of what the proxy sent the local model in a recorded call: the
+    upstream request's messages and tools, written in as the server does for a template that
+    renders no tools (proxy/toolcall.py), under the model's own chat template."""
+    from pomona.proxy import toolcall
+    from pomona.proxy.dialects import DIALECTS
+    from pomona.proxy.local_model import template_messages, template_tools
+
+    chat, body = DIALECTS["chat"], json.loads(row["upstream_request"])
+    messages, tools = template_messages(chat, body), template_tools(chat, body)
+    if not toolcall.supports_tools(tokenizer):
+        messages, tools = toolcall.inline(messages, tools), []
+    encoded = tokenizer.apply_chat_template(messages, tools=tools or None,
+                                            add_generation_prompt=True, return_dict=True)  # fmt: skip
+    return list(encoded["input_ids"])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread() -> None:
     import torch

@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from conftest import TOOLS, tool_conversation
+from conftest import TOOLS, sent_ids, tool_conversation
 
 from pomona import trajectories
 from pomona.proxy import ModelRoute, ProxyConfig, ProxyServer
@@ -103,24 +103,11 @@ def test_bad_input_is_refused_in_the_callers_dialect(tiny_model, tmp_path):
             assert reply.role == "assistant" and reply.usage.output_tokens <= 4
 
 
-def _sent(row: dict) -> tuple[list, list]:
-    """The messages and tools of what the proxy sent the model (template shape)."""
-    import json
-
-    from pomona.proxy.dialects import DIALECTS
-    from pomona.proxy.local_model import template_messages, template_tools
-
-    body = json.loads(row["upstream_request"])
-    return template_messages(DIALECTS["chat"], body), template_tools(DIALECTS["chat"], body)
-
-
 def test_smollm2_answers_every_dialect_token_exact(smollm2, tmp_path):
     """`--model smollm2` needs no model list; each dialect's call is recorded with the prompt the
     tokenizer makes of what was sent (tools written in: its chatml template has none), the
     sampled ids with one logprob each, and the policy version, streamed or not."""
     import json
-
-    from pomona.proxy import toolcall
 
     runs = tmp_path / "runs"
     assert not smollm2.native_tools
@@ -146,10 +133,7 @@ def test_smollm2_answers_every_dialect_token_exact(smollm2, tmp_path):
         ("chat", "ok"), ("anthropic", "ok"), ("responses", "ok"), ("chat", "ok")]  # fmt: skip
     tok = smollm2.tokenizer
     for row in rows:
-        messages, tools = _sent(row)
-        expected = tok.apply_chat_template(toolcall.inline(messages, tools),
-                                           add_generation_prompt=True, return_dict=True)  # fmt: skip
-        assert row["prompt_token_ids"] == list(expected["input_ids"])
+        assert row["prompt_token_ids"] == sent_ids(tok, row)
         assert 0 < len(row["completion_token_ids"]) == len(row["completion_logprobs"]) <= 6
         assert all(lp <= 0 for lp in row["completion_logprobs"])
     first = rows[0]
