@@ -346,7 +346,7 @@ def test_a_warm_pool_pod_is_claimed_then_refilled(cluster):
     with SandboxClient(pooled) as client:
         wait_for(lambda: len(pool()) == 1, "the pool to fill")
         (warm,) = pool()
-        wait_for(lambda: warm in pooled._made_warm, "the pool pod to be ready")
+        wait_for(lambda: warm in pooled.pools.made, "the pool pod to be ready")
         sandbox = client.create_sandbox(image, labels={"run": "warm"})
         assert server.pods[warm]["metadata"]["annotations"][objects.ID_ANNOTATION] == sandbox.id
         assert sandbox.exec("id -u; pwd").stdout == "1000\n/workspace\n"
@@ -373,20 +373,20 @@ def test_a_pool_pod_claimed_elsewhere_is_not_taken_twice(cluster):
     first = runtime(cluster, "race", warm_pools={image: 1})
     with SandboxClient(first) as client:
         deadline = time.monotonic() + 120
-        while not first._made_warm:
+        while not first.pools.made:
             assert time.monotonic() < deadline, "the pool never filled"
             time.sleep(0.1)
-        (warm,) = first._made_warm
-        selector = first._selector(**{objects.WARM_LABEL: objects.id_hash(image)})
-        stale = first.core.list_namespaced_pod(
+        (warm,) = first.pools.made
+        selector = first.cluster.selector(**{objects.WARM_LABEL: objects.id_hash(image)})
+        stale = first.cluster.core.list_namespaced_pod(
             NAMESPACE, label_selector=selector
         )  # the race window
         winner = client.create_sandbox(image)
         second = runtime(cluster, "race")  # no pool of its own: nothing refills behind the test
-        second.core.list_namespaced_pod = lambda *a, **k: stale
+        second.cluster.core.list_namespaced_pod = lambda *a, **k: stale
         spec = SandboxSpec(image=image)
         metadata = objects.sandbox_pod("loser", spec, second.settings, "race", 1.0)["metadata"]
-        assert asyncio.run(second._claim("loser", spec, metadata, 1.0)) is None
+        assert asyncio.run(second.pools.claim("loser", spec, metadata, 1.0)) is None
         assert server.pods[warm]["metadata"]["annotations"][objects.ID_ANNOTATION] == winner.id
         winner.delete()
 
