@@ -10,6 +10,7 @@ and nothing else. Each says what went wrong and what to do about it.
     │   ├── AgentFailure                  benchmarks.browser.loop: the model was unreachable or failed
     │   ├── VerifierError                 benchmarks.task: no trustworthy verdict (never a 0)
     │   │   └── ServiceDown               benchmarks.claw.runtime: a task's mock services died
+    │   ├── TaskSetupFailed (RuntimeError) benchmarks.task: a task's own set-up failed in its sandbox
     │   └── BrowserInfraError             browser_env.errors: the browser failed under the agent
     │       └── BrowserCrashed, PageHung
     ├── SandboxError                      the sandbox layer: SDK, service and runtimes
@@ -38,6 +39,7 @@ and nothing else. Each says what went wrong and what to do about it.
     │   └── Unavailable                   the harness cannot be installed on this machine
     ├── McpUnsupported (ValueError)       harnesses.mcp: the harness has no MCP client to configure
     ├── MissingDistribution (LookupError) benchmarks.pytools: a test dependency Pomona lacks
+    ├── TaskBuildError (RuntimeError)     benchmarks.swebench.task_sets: a local task set did not build
     ├── ActionError (ValueError)          browser_env.errors: an action that does not parse
     │   └── NavigationFailed
     ├── ImageBuildError (RuntimeError)    browser_env.image: a step of the image build failed

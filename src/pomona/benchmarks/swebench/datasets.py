@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pomona.benchmarks import swebench
+from pomona.errors import NoData, Unknown, UsageError
 
 ALIASES = {
     "full": "SWE-bench/SWE-bench",
@@ -107,7 +108,7 @@ def _from_disk(path: Path, split: str) -> list[dict[str, Any]] | None:
     if (path / "dataset_dict.json").is_file():
         saved = load_from_disk(str(path))
         if split not in saved:
-            raise KeyError(f"{path} has no split {split!r}; it has {', '.join(saved)}")
+            raise Unknown(f"{path} has no split {split!r}; it has {', '.join(saved)}")
         return list(saved[split])
     if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
         return list(load_from_disk(str(path)))
@@ -129,7 +130,7 @@ def read_rows(name: str, split: str = "test") -> list[dict[str, Any]]:
     path = Path(name)
     if path.is_file():
         if path.suffix not in (".parquet", ".jsonl", ".json"):
-            raise ValueError(
+            raise UsageError(
                 f"cannot read SWE-bench instances from {name}: give a task repo, a "
                 ".parquet, .jsonl or .json file, a saved dataset or a dataset name"
             )
@@ -142,11 +143,11 @@ def read_rows(name: str, split: str = "test") -> list[dict[str, Any]]:
         if saved is not None:
             return saved
     if not path.exists() and (path.is_absolute() or name.startswith((".", "~"))):
-        raise FileNotFoundError(f"cannot load dataset {name!r}: no such file or directory")
+        raise NoData(f"cannot load dataset {name!r}: no such file or directory")
     try:
         return list(load_dataset(str(path) if path.is_dir() else name, split=split))
     except Exception as e:  # noqa: BLE001 - hub, cache and format errors alike: say which dataset
-        raise ValueError(
+        raise UsageError(
             f"cannot load dataset {name!r} (split {split!r}): {type(e).__name__}: {e}"
         ) from None
 
@@ -310,9 +311,9 @@ def load(dataset: str, split: str = "test", instance_ids: list[str] | None = Non
     name = resolve(dataset)
     rows = read_rows(name, split)
     if not rows:
-        raise ValueError(f"dataset {name!r} has no instances in split {split!r}")
+        raise UsageError(f"dataset {name!r} has no instances in split {split!r}")
     missing = [k for k in ("instance_id",) if k not in rows[0]]
     if missing:
-        raise ValueError(f"{name!r} does not look like a SWE-bench dataset: no {missing[0]} column")
+        raise UsageError(f"{name!r} does not look like a SWE-bench dataset: no {missing[0]} column")
     instances = [adapt(r, name) for r in swebench.select(rows, instance_ids, name)]
     return SweDataset(name, label_of(name), split, instances)

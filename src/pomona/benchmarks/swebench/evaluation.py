@@ -40,7 +40,7 @@ from pomona.benchmarks.swebench import datasets as swe_datasets
 from pomona.benchmarks.swebench import images as swe_images
 from pomona.benchmarks.verification import record
 from pomona.benchmarks.verification.record import Verification
-from pomona.errors import PomonaError
+from pomona.errors import PomonaError, Unknown, UsageError
 from pomona.orchestrator.sdk.client import SandboxClient
 
 # what the patch itself earned, never graded again on --resume: every verdict but the failures
@@ -191,10 +191,10 @@ def evaluate(
         else swebench.load_predictions(predictions)
     )
     if not preds:
-        raise ValueError(f"{predictions} holds no predictions")
+        raise UsageError(f"{predictions} holds no predictions")
     unknown = sorted(set(preds) - {i["instance_id"] for i in data.instances})
     if unknown:
-        raise KeyError(f"predictions for instances not in {data.name}: {' '.join(unknown)}")
+        raise Unknown(f"predictions for instances not in {data.name}: {' '.join(unknown)}")
     if instance_ids:
         data.instances = swebench.select(data.instances, instance_ids, data.name)
     by_id = {i["instance_id"]: i for i in data.instances}

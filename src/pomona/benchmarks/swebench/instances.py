@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NotRequired, TypedDict, TypeVar, cast
 
+from pomona.errors import Unknown, UsageError
+
 TESTBED = "/testbed"
 BUNDLE = "repo.bundle"
 TASK_DIR_KEY: Final = "_task_dir"  # where an instance loaded from a task repo lives (not official)
@@ -78,7 +80,7 @@ def normalize(row: dict[str, Any]) -> SweInstance:
     row read from a file or a dataset becomes a SweInstance."""
     row = dict(row)
     if not isinstance(row.get("instance_id"), str):
-        raise ValueError(f"a SWE-bench instance needs an instance_id string: {str(row)[:80]!r}")
+        raise UsageError(f"a SWE-bench instance needs an instance_id string: {str(row)[:80]!r}")
     for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         value = row.get(key) or []
         row[key] = json.loads(value) if isinstance(value, str) else list(value)
@@ -107,7 +109,7 @@ def load_instances(source: str | Path, instance_ids: list[str] | None = None) ->
         data = json.loads(path.read_text())
         rows = list(data.values()) if isinstance(data, dict) else data
     else:
-        raise ValueError(
+        raise UsageError(
             f"cannot read SWE-bench instances from {source}: give a task repo "
             "directory or a .parquet, .jsonl or .json file"
         )
@@ -120,7 +122,7 @@ def select(rows: list[RowT], instance_ids: list[str] | None, source: str) -> lis
         return rows
     missing = set(instance_ids) - {r["instance_id"] for r in rows}
     if missing:
-        raise KeyError(f"not in {source}: {' '.join(sorted(missing))}")
+        raise Unknown(f"not in {source}: {' '.join(sorted(missing))}")
     return [r for r in rows if r["instance_id"] in set(instance_ids)]
 
 

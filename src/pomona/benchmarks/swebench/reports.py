@@ -18,6 +18,7 @@ from typing import Any
 from pomona.benchmarks.swebench.grading import log_dir_for
 from pomona.benchmarks.swebench.instances import Prediction, SweInstance
 from pomona.benchmarks.verification import record
+from pomona.errors import UsageError
 
 
 def write_predictions(path: str | Path, predictions: list[Prediction]) -> Path:
@@ -37,12 +38,12 @@ def load_predictions(path: str | Path) -> dict[str, Prediction]:
             data = json.loads(text)
             rows = list(data.values()) if isinstance(data, dict) else data
     except json.JSONDecodeError as e:
-        raise ValueError(
+        raise UsageError(
             f"{path} is not valid JSON{'L' if str(path).endswith('.jsonl') else ''}: {e}"
         ) from None
     for row in rows:
         if not isinstance(row, dict) or "instance_id" not in row:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: every prediction must be an object with an instance_id "
                 f"(got {str(row)[:80]!r})"
             )

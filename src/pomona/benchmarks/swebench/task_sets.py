@@ -31,9 +31,16 @@ from typing import TYPE_CHECKING
 
 from pomona.benchmarks import swebench
 from pomona.benchmarks.swebench import SweInstance
+from pomona.errors import PomonaError, Unknown
 
 if TYPE_CHECKING:
     from pomona.orchestrator.sdk.client import SandboxClient
+
+
+class TaskBuildError(PomonaError, RuntimeError):
+    """A local task set could not be built: a tool it needs is missing, a recipe does not fit
+    its archive, or the result is not a task repo swebench can run."""
+
 
 DATA = Path(__file__).parents[1] / "data" / "swe_local"
 MULTILINGUAL_DATA = Path(__file__).parents[1] / "data" / "swe_multilingual_local"
@@ -237,7 +244,7 @@ def fetch_npm(spec: str, cache: Path = SDIST_CACHE) -> Path:
     if not tarball.exists():
         npm = shutil.which("npm")
         if npm is None:
-            raise RuntimeError("building the JavaScript tasks needs npm on the host once")
+            raise TaskBuildError("building the JavaScript tasks needs npm on the host once")
         cache.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [npm, "pack", "-q", f"{name}@{version}", "--pack-destination", str(cache)],
@@ -301,7 +308,7 @@ def _unpack(sdist: Path, into: Path) -> None:
 def _replace_once(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     if text.count(old) != 1:
-        raise ValueError(f"{path}: expected exactly one {old!r}, found {text.count(old)}")
+        raise TaskBuildError(f"{path}: expected exactly one {old!r}, found {text.count(old)}")
     path.write_text(text.replace(old, new))
 
 
@@ -465,7 +472,7 @@ def build_task(
         ),
     }
     if not tests["FAIL_TO_PASS"]:
-        raise RuntimeError(f"{r.instance_id}: no test fails on the buggy base; pick another bug")
+        raise TaskBuildError(f"{r.instance_id}: no test fails on the buggy base; pick another bug")
     (task_dir / "tests.json").write_text(dump_tests(tests))
     fixture_dir = out / "fixtures" / r.instance_id
     fixture_dir.mkdir(parents=True, exist_ok=True)
@@ -507,7 +514,7 @@ def build(
             shutil.rmtree(state, ignore_errors=True)
     problems = errors(check_task_repo(out))
     if problems:
-        raise RuntimeError("the task repo is not well formed:\n" + "\n".join(map(str, problems)))
+        raise TaskBuildError("the task repo is not well formed:\n" + "\n".join(map(str, problems)))
     return instances
 
 
@@ -525,7 +532,7 @@ def fixture(instance_id: str, name: str, root: Path | None = None) -> str:
         None,
     )
     if path is None:
-        raise KeyError(f"no fixtures for {instance_id} in {', '.join(map(str, roots))}")
+        raise Unknown(f"no fixtures for {instance_id} in {', '.join(map(str, roots))}")
     return path.read_text()
 
 

@@ -22,7 +22,7 @@ from pomona.benchmarks.swebench.instances import (
     toolchains,
     user_of,
 )
-from pomona.benchmarks.task import VerifierError
+from pomona.benchmarks.task import TaskSetupFailed, VerifierError
 from pomona.orchestrator.sdk.client import Sandbox
 
 # the agent's repository configuration runs nothing and rewrites nothing of what is taken
@@ -56,7 +56,7 @@ def _host_tools(sandbox: Sandbox, instance: SweInstance) -> None:
         links.append(f"ln -sf {TOOLS_MOUNT}/node/bin/node {NODE_LINK}")
     result = sandbox.exec(" && ".join(["mkdir -p /usr/local/bin", *links]), user="root", timeout=60)
     if result.exit_code != 0:
-        raise RuntimeError(f"could not provide the task's tools: {result.stderr.strip()}")
+        raise TaskSetupFailed(f"could not provide the task's tools: {result.stderr.strip()}")
 
 
 def prepare_testbed(sandbox: Sandbox, instance: SweInstance) -> None:
@@ -71,7 +71,7 @@ def prepare_testbed(sandbox: Sandbox, instance: SweInstance) -> None:
                 f"git checkout -q --detach {shlex.quote(ref)}", cwd=TESTBED, timeout=120
             )
             if result.exit_code != 0:
-                raise RuntimeError(f"could not check out {ref}: {result.stderr.strip()}")
+                raise TaskSetupFailed(f"could not check out {ref}: {result.stderr.strip()}")
         return
     sandbox.write_file("/tmp/base.bundle", bundle.read_bytes())
     base = shlex.quote(instance["base_commit"])
@@ -82,7 +82,7 @@ def prepare_testbed(sandbox: Sandbox, instance: SweInstance) -> None:
         timeout=120,
     )
     if result.exit_code != 0:
-        raise RuntimeError(
+        raise TaskSetupFailed(
             f"could not check out {instance['instance_id']}: {result.stderr.strip()}"
         )
     _host_tools(sandbox, instance)

@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pomona.benchmarks.pytools import install_pytest
-from pomona.benchmarks.task import Environment, Score, Task, Turn, VerifierError
+from pomona.benchmarks.task import (
+    Environment,
+    Score,
+    Task,
+    TaskSetupFailed,
+    Turn,
+    VerifierError,
+)
 from pomona.benchmarks.terminal_bench.archives import sanitized, tar_of
 from pomona.benchmarks.terminal_bench.config import (
     DEFAULT_WORKDIR,
@@ -58,6 +65,7 @@ from pomona.benchmarks.terminal_bench.verifier import (
     reward_of,
 )
 from pomona.benchmarks.verification import record
+from pomona.errors import NoData, UsageError
 from pomona.orchestrator.sdk.client import Sandbox
 
 if TYPE_CHECKING:
@@ -154,7 +162,7 @@ class TbTask(Task):
     @property
     def config(self) -> TbConfig:
         if self.scorer.config is None:
-            raise ValueError(f"task {self.id}: its TbScorer was made without the task's config")
+            raise UsageError(f"task {self.id}: its TbScorer was made without the task's config")
         return self.scorer.config
 
     @property
@@ -179,7 +187,7 @@ class TbTask(Task):
                 "bash /tmp/pomona-setup.sh && rm -f /tmp/pomona-setup.sh", cwd=workdir, timeout=600
             )
             if result.exit_code != 0:
-                raise RuntimeError(
+                raise TaskSetupFailed(
                     f"task {self.id}: environment setup failed: {result.stderr.strip()}"
                 )
             install_pytest(sandbox)
@@ -229,7 +237,7 @@ class TbTask(Task):
             timeout=60,
         )
         if marked.exit_code != 0:
-            raise RuntimeError(f"step {step.name!r}: {marked.stderr.strip()}")
+            raise TaskSetupFailed(f"step {step.name!r}: {marked.stderr.strip()}")
         files = Path(self.metadata["task_dir"]) / "steps" / step.name / "workdir"
         if files.is_dir():
             staging = f"/tmp/pomona-step-{step.name}"
@@ -240,13 +248,13 @@ class TbTask(Task):
             )
             sandbox.exec(f"rm -rf {shlex.quote(staging)}", user="root", timeout=60)
             if copied.exit_code != 0:
-                raise RuntimeError(
+                raise TaskSetupFailed(
                     f"step {step.name!r}: could not copy its workdir files: {copied.stderr.strip()}"
                 )
             if (files / "setup.sh").is_file():
                 done = sandbox.exec("bash setup.sh", cwd=workdir, user=user, timeout=600)
                 if done.exit_code != 0:
-                    raise RuntimeError(
+                    raise TaskSetupFailed(
                         f"step {step.name!r}: setup.sh exited {done.exit_code}: "
                         f"{done.stderr.strip()}"
                     )
@@ -369,7 +377,7 @@ def _check_services(task_dir: Path, cfg: TbConfig, names: set[str]) -> None:
     used = [a.service for a in cfg.artifacts + tuple(a for s in steps for a in s.artifacts)]
     used += [c.service for v in (cfg.verifier, *(s.verifier for s in steps)) for c in v.collect]
     if unknown := sorted({u for u in used if u != MAIN_SERVICE and u not in names}):
-        raise ValueError(
+        raise UsageError(
             f"{task_dir}: artifacts or collect hooks name services the task does not have: "
             f"{', '.join(unknown)}"
         )
@@ -378,7 +386,7 @@ def _check_services(task_dir: Path, cfg: TbConfig, names: set[str]) -> None:
 def _step_instruction(task_dir: Path, step: StepConfig) -> str:
     path = task_dir / "steps" / step.name / "instruction.md"
     if not path.is_file():
-        raise ValueError(f"{task_dir}: step {step.name!r} has no steps/{step.name}/instruction.md")
+        raise UsageError(f"{task_dir}: step {step.name!r} has no steps/{step.name}/instruction.md")
     return strip_canary(path.read_text())
 
 
@@ -404,13 +412,13 @@ def _agent_sandbox(task_dir: Path, cfg: TbConfig) -> tuple[str, str | None]:
     networks = {cfg.agent_phase(s).agent_sandbox() for s in phases}
     users = {(s.agent_user if s and s.agent_user else cfg.agent_user) for s in phases}
     if len(networks) > 1:
-        raise ValueError(
+        raise UsageError(
             f"{task_dir}: steps ask for different agent networks "
             f"({', '.join(sorted(networks))}), but a sandbox keeps the network it "
             "was created with"
         )
     if len(users) > 1:
-        raise ValueError(
+        raise UsageError(
             f"{task_dir}: steps run the agent as different users, but a sandbox "
             "keeps the user it was created with"
         )
@@ -427,7 +435,7 @@ def load_task(
     task_dir = Path(task_dir)
     cfg = read_config(task_dir)
     if not cfg.image:
-        raise ValueError(
+        raise UsageError(
             f"{task_dir}: no prebuilt image; Pomona does not build Dockerfiles: set "
             "[environment] docker_image (or [metadata] pomona_image)"
         )
@@ -484,5 +492,5 @@ def tasks(
     """Every task directory (one holding task.toml) under `root`, by name."""
     dirs = sorted(p.parent for p in Path(root).glob("*/task.toml"))
     if not dirs:
-        raise FileNotFoundError(f"no harbor tasks (*/task.toml) under {root}")
+        raise NoData(f"no harbor tasks (*/task.toml) under {root}")
     return [load_task(d, benchmark, verifier_mode, logs) for d in dirs]

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
+from pomona.benchmarks.task import TaskSetupFailed
+from pomona.errors import UsageError
 from pomona.harnesses.mcp import McpServer
 from pomona.orchestrator.sdk.client import Sandbox
 
@@ -46,7 +48,7 @@ def resolve_env(env: dict[str, str]) -> dict[str, str]:
             return os.environ[name]
         if sep:
             return default
-        raise ValueError(f"task.toml needs the environment variable {name}, which is not set")
+        raise UsageError(f"task.toml needs the environment variable {name}, which is not set")
 
     return {k: re.sub(r"\$\{([^}]+)\}", one, str(v)) for k, v in env.items()}
 
@@ -111,7 +113,7 @@ class Healthcheck:
             if not in_start:
                 failures += 1
                 if failures >= self.retries:
-                    raise RuntimeError(
+                    raise TaskSetupFailed(
                         f"{what}: the healthcheck failed {failures} times in a row: {self.command}"
                     )
             time.sleep(self.start_interval if in_start else self.interval)
@@ -232,8 +234,8 @@ class _Reader:
     def __init__(self, path: Path):
         self.path = path
 
-    def fail(self, message: str) -> ValueError:
-        return ValueError(f"{self.path}: {message}")
+    def fail(self, message: str) -> UsageError:
+        return UsageError(f"{self.path}: {message}")
 
     def table(self, parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
         value = parent.get(key)
@@ -384,28 +386,28 @@ class _Reader:
             try:
                 if transport == "stdio":
                     if not s.get("command"):
-                        raise ValueError("'command' is required for transport 'stdio'")
+                        raise UsageError("'command' is required for transport 'stdio'")
                     servers.append(
                         McpServer(s["name"], command=(s["command"], *map(str, s.get("args", ()))))
                     )
                 elif transport == "streamable-http":
                     if not s.get("url"):
-                        raise ValueError("'url' is required for transport 'streamable-http'")
+                        raise UsageError("'url' is required for transport 'streamable-http'")
                     servers.append(
                         McpServer(
                             s["name"], url=s["url"], headers=resolve_env(s.get("headers", {}))
                         )
                     )
                 elif transport == "sse":
-                    raise ValueError(
+                    raise UsageError(
                         "transport 'sse' (harbor's default when none is named): "
                         "Pomona gives harnesses stdio and Streamable HTTP servers "
                         'only; say transport = "streamable-http" if the server '
                         "speaks it"
                     )
                 else:
-                    raise ValueError(f"unknown transport {transport!r}")
-            except ValueError as e:
+                    raise UsageError(f"unknown transport {transport!r}")
+            except UsageError as e:
                 raise self.fail(f"{where}: {e}") from None
         names = [s.name for s in servers]
         if len(set(names)) != len(names):

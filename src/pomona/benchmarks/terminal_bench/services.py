@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pomona.benchmarks.task import TaskSetupFailed
 from pomona.benchmarks.terminal_bench.archives import tar_of
 from pomona.benchmarks.terminal_bench.config import Healthcheck, resolve_env
+from pomona.errors import Unknown, UsageError
 from pomona.orchestrator.sdk.client import Sandbox, SandboxClient, SyncConnection
 
 RELAY = Path(__file__).with_name("relay.py")
@@ -53,7 +55,7 @@ def _seconds(value: Any, default: float) -> float:
     units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
     parts = _DURATION.findall(str(value))
     if not parts or "".join(n + u for n, u in parts) != str(value).replace(" ", ""):
-        raise ValueError(f"not a duration: {value!r}")
+        raise UsageError(f"not a duration: {value!r}")
     return sum(float(n) * units[u] for n, u in parts)
 
 
@@ -259,7 +261,7 @@ class ServiceGroup:
 
     def sandbox_of(self, name: str) -> Sandbox:
         if name not in self.sandboxes:
-            raise ValueError(f"no sidecar service {name!r}")
+            raise Unknown(f"no sidecar service {name!r}")
         return self.sandboxes[name]
 
     def attach(self, sandbox: Sandbox, owner: bool) -> None:
@@ -281,7 +283,7 @@ class ServiceGroup:
         done = sandbox.exec(start, user="root", timeout=120)
         ready = re.search(r"^ready (\d+)$", done.stdout, re.M)
         if done.exit_code != 0 or not ready:
-            raise RuntimeError(
+            raise TaskSetupFailed(
                 f"the service relay did not start: {done.stderr.strip()} {done.stdout.strip()}"
             )
         by_route = {
@@ -319,15 +321,15 @@ def _launch(s: Service, sandbox: Sandbox) -> None:
         f"(setsid {shlex.join(s.command)} > {log} 2>&1 < /dev/null &)", cwd=s.workdir, timeout=60
     )
     if started.exit_code != 0:
-        raise RuntimeError(f"service {s.name!r} did not start: {started.stderr.strip()}")
+        raise TaskSetupFailed(f"service {s.name!r} did not start: {started.stderr.strip()}")
     try:
         if s.healthcheck:
             s.healthcheck.wait(sandbox, s.workdir, f"service {s.name!r}")
         else:
             _wait_for_ports(sandbox, s)
-    except RuntimeError as e:
+    except TaskSetupFailed as e:
         tail = sandbox.exec(f"tail -20 {log}", user="root", timeout=30).stdout
-        raise RuntimeError(f"{e}; its output ends: {tail.strip()}") from None
+        raise TaskSetupFailed(f"{e}; its output ends: {tail.strip()}") from None
 
 
 def _wait_for_ports(sandbox: Sandbox, s: Service, attempts: int = 600) -> None:
@@ -339,7 +341,7 @@ def _wait_for_ports(sandbox: Sandbox, s: Service, attempts: int = 600) -> None:
             except Exception:  # noqa: BLE001 - not listening yet
                 time.sleep(0.1)
         else:
-            raise RuntimeError(f"service {s.name!r} never listened on port {port}")
+            raise TaskSetupFailed(f"service {s.name!r} never listened on port {port}")
 
 
 class _Bridge:
@@ -393,20 +395,19 @@ class _Bridge:
             while b"\n" not in head and len(head) < MAX_ROUTE:
                 data = channel.recv(MAX_ROUTE)
                 if not data:
-                    raise ConnectionError("the relay closed the channel")
+                    break  # the relay closed the channel
                 head += data
         except Exception:  # noqa: BLE001 - the sandbox went away under an idle channel
-            self.idle.release()
+            head = b""
+        self.idle.release()  # this channel is taken (or gone): open another
+        line, newline, rest = head.partition(b"\n")
+        route = self.routes.get(line) if newline else None
+        if route is None:  # no such service, or the channel closed before it named one
             channel.close()
             return
-        self.idle.release()  # this channel is taken: open another
-        line, _, rest = head.partition(b"\n")
-        route = self.routes.get(line)
         try:
-            if route is None:
-                raise LookupError(f"no such service route: {line[:80]!r}")
             target = route[0].connect(route[1])
-        except Exception:  # noqa: BLE001 - no such service, or not listening: refuse the client
+        except Exception:  # noqa: BLE001 - not listening: refuse the client
             channel.close()
             return
         if rest:

@@ -188,7 +188,7 @@ class TbScorer:
             "shared" if self.config and self.config.asks_shared(step) else SEPARATE
         )
         if mode not in MODES:
-            raise ValueError(f"verifier mode must be one of {MODES}, not {mode!r}")
+            raise UsageError(f"verifier mode must be one of {MODES}, not {mode!r}")
         return mode
 
     def check_network(self, agent_network: str, step: StepConfig | None = None) -> None:
@@ -200,7 +200,7 @@ class TbScorer:
         wanted = self.config.verifier_phase(step, mode="shared").verifier_sandbox()
         if wanted != agent_network and (wanted, agent_network) != ("none", "gateway"):
             where = f" of step {step.name!r}" if step else ""
-            raise ValueError(
+            raise UsageError(
                 f"{self.task_dir}: the verifier{where} asks for network {wanted!r}, but a "
                 f"shared verifier runs in the agent's sandbox, which keeps the agent's "
                 f'{agent_network!r}; drop environment_mode = "shared" so it gets a sandbox '
