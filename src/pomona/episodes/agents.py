@@ -129,13 +129,11 @@ def sandbox_stage(task: Task, ctx: StageContext) -> SandboxStage:
 
 
 @dataclass
-class CliHarness:
-    """A real agent CLI with a model, in the task's sandbox (the task's MCP servers given)."""
+class HarnessAgent:
+    """An agent that is a harness (whatever it plays on, and whoever answers its model calls):
+    its episodes carry the harness's name and version."""
 
     harness: Harness
-    model: str
-    dialect: str | None = None
-    timeout: float = 600
 
     @property
     def name(self) -> str:
@@ -144,6 +142,15 @@ class CliHarness:
     @property
     def version(self) -> str:
         return self.harness.version
+
+
+@dataclass
+class CliHarness(HarnessAgent):
+    """A real agent CLI with a model, in the task's sandbox (the task's MCP servers given)."""
+
+    model: str
+    dialect: str | None = None
+    timeout: float = 600
 
     def stage(self, task: Task, ctx: StageContext, attempt: int) -> Stage:
         return sandbox_stage(task, ctx)
@@ -225,22 +232,13 @@ class BuiltinWebVoyager:
 
 
 @dataclass
-class BrowsingHarness:
+class BrowsingHarness(HarnessAgent):
     """A real agent CLI in the browser's sandbox, browsing through the browser's MCP tools:
     the sandbox reaches the proxy through its gateway, and this thread serves the tool calls
     while another waits for the harness."""
 
-    harness: Harness
     model: str
     timeout: float = 600
-
-    @property
-    def name(self) -> str:
-        return self.harness.name
-
-    @property
-    def version(self) -> str:
-        return self.harness.version
 
     def stage(self, task: Task, ctx: StageContext, attempt: int) -> Stage:
         ensure_harness(PYTHON_HARNESS)  # the MCP server's CPython

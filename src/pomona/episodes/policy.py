@@ -18,7 +18,7 @@ from typing import Any
 
 from pomona.benchmarks.stage import Played, Stage, delete_sandbox
 from pomona.benchmarks.task import Task, Turn
-from pomona.episodes.agents import StageContext, played, sandbox_stage
+from pomona.episodes.agents import HarnessAgent, StageContext, played, sandbox_stage
 from pomona.episodes.attempt import Attempt
 from pomona.errors import EpisodeFailure, FailureKind
 from pomona.harnesses.base import Harness
@@ -162,24 +162,18 @@ def observation(call: HeldCall, attempt: Attempt) -> dict[str, Any]:
 
 
 @dataclass
-class InProcessPolicy:
+class InProcessPolicy(HarnessAgent):
     """A real harness with every model call answered by `fn(observation)` (an Action, its dict
     or plain text): the observation is {"dialect", "messages", "tools", "episode", "sequence",
     "task_id"}. A function that raises fails its attempt as a model would (`upstream`); at
     `max_steps` replies the harness is stopped and the attempt scored as it stands."""
 
-    harness: Harness
     fn: PolicyFn
     dialect: str | None = None
     timeout: float = 600
     max_steps: int = 30
     policy_timeout: float = 300
-    name: str = ""
-    version: str = ""
     model: str = POLICY
-
-    def __post_init__(self) -> None:
-        self.name, self.version = self.harness.name, self.harness.version
 
     def stage(self, task: Task, ctx: StageContext, attempt: int) -> Stage:
         return sandbox_stage(task, ctx)
