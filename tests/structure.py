@@ -192,7 +192,14 @@ NOT_LIBRARY = ("/sandbox/", "/proxy/testing/", "/runtimes/memory.py")
 VALIDATORS = ("field_validator", "model_validator", "validator")  # pydantic turns these into 422s
 
 
-def _raised(node: ast.Raise) -> str | None:
+def _raised(node: ast.Raise | ast.Return) -> str | None:
+    """The builtin a `raise` raises, or a `return` builds (a factory of errors for its callers
+    to raise: `raise self.fail(...)`)."""
+    if isinstance(node, ast.Return):
+        made = node.value
+        return (
+            made.func.id if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) else None
+        )
     exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
     return exc.id if isinstance(exc, ast.Name) else None
 
@@ -208,12 +215,14 @@ def _exempt(function: ast.FunctionDef | ast.AsyncFunctionDef | None, name: str) 
 
 
 def bare_raises(known: dict[str, Module]) -> Iterator[str]:
-    """`raise ValueError(...)` and the like in library code: what users meet must derive from
-    pomona.errors.PomonaError, so `except PomonaError` catches it."""
+    """`raise ValueError(...)` and the like in library code, or `return ValueError(...)` for a
+    caller to raise: what users meet must derive from pomona.errors.PomonaError, so
+    `except PomonaError` catches it."""
     for module in known.values():
         if any(part in f"/{module.where}" for part in NOT_LIBRARY):
             continue
         tree = ast.parse(module.path.read_text())
+        found: list[tuple[int, str]] = []
         stack: list[tuple[ast.AST, ast.FunctionDef | ast.AsyncFunctionDef | None]] = [(tree, None)]
         while stack:
             node, function = stack.pop()
@@ -221,11 +230,14 @@ def bare_raises(known: dict[str, Module]) -> Iterator[str]:
                 inner = (
                     child if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
                 )
-                if isinstance(child, ast.Raise):
+                if isinstance(child, ast.Raise | ast.Return):
                     name = _raised(child)
                     if name in BUILTIN_ERRORS and not _exempt(function, name):
-                        yield f"{module.where}:{child.lineno} raises {name}, not a PomonaError"
+                        verb = "raises" if isinstance(child, ast.Raise) else "returns"
+                        found.append((child.lineno, f"{verb} {name}, not a PomonaError"))
                 stack.append((child, inner))
+        for line, what in sorted(found):  # in the file's order
+            yield f"{module.where}:{line} {what}"
 
 
 MAX_FUNCTION, MAX_CLASS = 80, 500  # lines, decorators and docstrings included

@@ -74,6 +74,9 @@ def toy(root: Path) -> Path:
                 "    @field_validator('x')\n"
                 "    def valid(cls, x: int) -> int:\n"
                 "        raise ValueError('a validator: pydantic makes it a 422')\n"
+                "\n\n"
+                "def fail(message: str) -> RuntimeError:\n"
+                "    return RuntimeError(message)\n"
             ),
             "pomona/benchmarks/sandbox/inside.py": "raise RuntimeError('a program of its own')\n",
             "pomona/trainer/__init__.py": f"def long() -> None:\n{body}\n\nclass Big:\n{methods}",
@@ -99,6 +102,7 @@ def test_a_toy_with_every_violation_is_caught(tmp_path):
         f"too long: pomona/trainer/__init__.py:{structure.MAX_FUNCTION + 4} Big is "
         f"{3 * (structure.MAX_CLASS // 3 + 1)} lines (> {structure.MAX_CLASS})",
         "pomona/benchmarks/__init__.py:3 raises ValueError, not a PomonaError",
+        "pomona/benchmarks/__init__.py:14 returns RuntimeError, not a PomonaError",
     ]
 
 

@@ -25,6 +25,7 @@ and nothing else. Each says what went wrong and what to do about it.
     │   ├── PermissionDenied              a key the service does not know, or not allowed this
     │   │   └── SourceNotAllowed          a host path or image source the operator did not allow
     │   ├── TooLarge                      a body, file or archive over a limit
+    │   │   └── DiskFull (OSError)        a write the sandbox's disk quota has no room for
     │   ├── WaitTimedOut                  a server-side wait expired; the work itself goes on
     │   ├── Overloaded                    admission control turned the request away: retry
     │   ├── QuotaExceeded                 the key holds its maximum (sandboxes, CPU, memory)
@@ -183,6 +184,11 @@ class SourceNotAllowed(PermissionDenied):
 
 class TooLarge(SandboxError):
     """A request body, file or archive over its limit."""
+
+
+class DiskFull(TooLarge, OSError):
+    """A write the sandbox's disk (its quota) has no room for; still the OSError it was, with
+    its errno (ENOSPC or EDQUOT), so callers that test it keep working."""
 
 
 class WaitTimedOut(SandboxError):

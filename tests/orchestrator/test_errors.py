@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import errno
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,7 @@ def test_an_unknown_error_name_keeps_its_name_and_is_a_sandbox_error():
         (errors.PermissionDenied, 403),
         (errors.SourceNotAllowed, 403),
         (errors.TooLarge, 413),
+        (errors.DiskFull, 413),
         (errors.WaitTimedOut, 408),
         (errors.Overloaded, 503),
         (errors.StoreUnavailable, 503),
@@ -83,3 +86,26 @@ def test_an_unknown_error_name_keeps_its_name_and_is_a_sandbox_error():
 )
 def test_each_error_has_its_status(cls, status):
     assert status_of(cls("x")) == status
+
+
+def test_a_write_past_the_disk_quota_is_disk_full_and_still_the_os_error():
+    """The local runtime's files API on a sandbox with a disk limit: the write that does not fit
+    is a DiskFull (a TooLarge, 413 over HTTP) that still carries the kernel's errno."""
+    from pomona import SandboxClient
+    from pomona.orchestrator.runtimes.local import LocalRuntime
+
+    state = tempfile.mkdtemp(prefix="pomona-diskfull-")
+    try:
+        with (
+            SandboxClient("local", state_dir=state) as client,
+            client.create_sandbox("host", disk="16Mi") as sandbox,
+        ):
+            with pytest.raises(errors.DiskFull, match="disk quota is full") as full:
+                sandbox.write_file("big", b"\0" * (64 << 20))
+            assert isinstance(full.value, errors.TooLarge) and isinstance(full.value, OSError)
+            assert full.value.errno in (errno.ENOSPC, errno.EDQUOT)
+            sandbox.remove("big")
+            sandbox.write_file("small", b"fits")
+            assert sandbox.read_file("small") == b"fits"
+    finally:
+        LocalRuntime(state).unmount_store()

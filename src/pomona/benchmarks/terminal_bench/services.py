@@ -86,8 +86,8 @@ def read_services(task_dir: Path) -> tuple[Service, ...]:
         return ()
     import yaml
 
-    def fail(message: str) -> ValueError:
-        return ValueError(f"{path}: {message}")
+    def fail(message: str) -> UsageError:
+        return UsageError(f"{path}: {message}")
 
     try:
         doc = yaml.safe_load(path.read_text()) or {}

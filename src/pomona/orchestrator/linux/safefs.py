@@ -18,6 +18,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 
 from pomona.errors import (
+    DiskFull,
     FileNotFoundInSandbox,
     InvalidRequest,
     PathOutsideSandbox,
@@ -66,7 +67,7 @@ def _translate(error: OSError, path: str) -> Exception:
     if error.errno in (errno.ELOOP, errno.EXDEV):
         return PathOutsideSandbox(f"{path}: resolves through a link that leaves the sandbox")
     if error.errno == errno.ENOSPC or error.errno == errno.EDQUOT:
-        return OSError(error.errno, f"{path}: the sandbox's disk quota is full")
+        return DiskFull(error.errno, f"{path}: the sandbox's disk quota is full")
     return error
 
 
