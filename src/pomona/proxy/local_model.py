@@ -276,6 +276,42 @@ class _Weights:
         return past
 
 
+def rendered_ids(
+    rendering: toolcall.Rendering,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    *,
+    prompt: bool = True,
+) -> list[int]:
+    """Token ids of a conversation under a tokenizer's template (tools written in by toolcall.py
+    when it renders none); `prompt` adds the generation prompt. What this server shows its model,
+    and what a trainer's engine is shown by trainer/engine_policy.py."""
+    rendered = rendering.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=prompt, return_dict=True
+    )
+    if not isinstance(rendered, Mapping):  # return_dict: a BatchEncoding, whatever the hint
+        raise ModelLoadError(f"the chat template rendered a {type(rendered).__name__}, not a dict")
+    return list(rendered["input_ids"])
+
+
+def parse_completion(tokenizer: Any, completion_ids: list[int]) -> Parsed:
+    """Text, tool calls and reasoning from generated tokens (the end token dropped)."""
+    text = tokenizer.decode(completion_ids)
+    if not isinstance(text, str):
+        raise ModelLoadError(f"the tokenizer decoded one sequence as a {type(text).__name__}")
+    for marker in (tokenizer.eos_token, tokenizer.pad_token):
+        if marker:
+            text = text.replace(marker, "")
+    reasoning = None
+    think = _THINK.match(text)
+    if think:
+        reasoning, text = think.group(1).strip() or None, text[think.end() :]
+    found = toolcall.parse(text)
+    calls = [ToolCall(name, args) for name, args, _ in found.calls]
+    raw = [r for _, _, r in found.calls]
+    return Parsed(found.text, calls, reasoning, raw, found.errors)
+
+
 class LocalModel:
     """A model (directory, GGUF or built-in name) loaded for generation on `device` (default:
     CUDA if present, else the CPU). Generation is serialised: one forward pass at a time.
@@ -353,14 +389,7 @@ class LocalModel:
     ) -> list[int]:
         """Token ids of a conversation as this server shows it to the model (tools written in by
         toolcall.py when the template renders none); `prompt` adds the generation prompt."""
-        rendered = self.rendering.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=prompt, return_dict=True
-        )
-        if not isinstance(rendered, Mapping):  # return_dict: a BatchEncoding, whatever the hint
-            raise ModelLoadError(
-                f"the chat template rendered a {type(rendered).__name__}, not a dict"
-            )
-        return list(rendered["input_ids"])
+        return rendered_ids(self.rendering, messages, tools, prompt=prompt)
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         return self.render(messages, tools, prompt=True)
@@ -429,18 +458,7 @@ class LocalModel:
 
     def parse(self, completion_ids: list[int]) -> Parsed:
         """Text, tool calls and reasoning from the generated tokens (the end token dropped)."""
-        text = self.decode(completion_ids)
-        for marker in (self.tokenizer.eos_token, self.tokenizer.pad_token):
-            if marker:
-                text = text.replace(marker, "")
-        reasoning = None
-        think = _THINK.match(text)
-        if think:
-            reasoning, text = think.group(1).strip() or None, text[think.end() :]
-        found = toolcall.parse(text)
-        calls = [ToolCall(name, args) for name, args, _ in found.calls]
-        raw = [r for _, _, r in found.calls]
-        return Parsed(found.text, calls, reasoning, raw, found.errors)
+        return parse_completion(self.tokenizer, completion_ids)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A Chat Completions response object for a request body, in vLLM's shape."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pomona.proxy.dialects import Dialect, Reply, ToolCall
-from pomona.proxy.dialects.base import text_of
+from pomona.proxy.dialects.base import TokenData, text_of
 from pomona.proxy.errors import MalformedRequest
 
 Message = dict[str, Any]
@@ -194,10 +194,14 @@ def tools(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass
 class Action:
-    """A policy's reply: text and/or tool calls, in no dialect in particular."""
+    """A policy's reply: text and/or tool calls, in no dialect in particular. `tokens`: the
+    prompt and sampled ids (and logprobs) of a policy that generated the reply itself (a
+    trainer's engine), answered in vLLM's fields so the proxy records the call token-exact
+    (Chat Completions callers only: the other dialects have no place for them)."""
 
     text: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    tokens: TokenData | None = None
 
     @classmethod
     def parse(cls, value: Action | dict[str, Any] | str) -> Action:
@@ -244,6 +248,8 @@ def render(dialect: Dialect, action: Action, model: str, body: dict[str, Any]) -
     if action.text or not parts:
         parts.insert(0, Reply(text=action.text or ""))
     finals = [dialect.final(p, model, body) for p in parts]
+    if action.tokens is not None and dialect.name == "chat":
+        _with_tokens(finals[0], action.tokens)
     if len(finals) == 1:
         return finals[0]
     head = finals[0]
@@ -260,3 +266,12 @@ def render(dialect: Dialect, action: Action, model: str, body: dict[str, Any]) -
         head["content"] = [block for f in finals for block in f["content"]]
         head["stop_reason"] = "tool_use"
     return head
+
+
+def _with_tokens(final: dict[str, Any], tokens: TokenData) -> None:
+    """vLLM's `return_token_ids` and `logprobs` fields on a Chat Completions answer."""
+    choice = final["choices"][0]
+    final["prompt_token_ids"], choice["token_ids"] = tokens.prompt_ids, tokens.completion_ids
+    if tokens.logprobs is not None:
+        choice["logprobs"] = {"content": [{"token": "", "logprob": lp, "bytes": [],
+                                           "top_logprobs": []} for lp in tokens.logprobs]}  # fmt: skip

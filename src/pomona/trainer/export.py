@@ -199,7 +199,7 @@ def _response_text(s: TokenSample, tokenizer: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _slime(r: RLSample, tokenizer: Any) -> dict[str, Any]:
+def slime_sample(r: RLSample, tokenizer: Any) -> dict[str, Any]:
     """slime's `Sample` (slime/utils/types.py), as `Sample.to_dict` writes it. The branches of
     one episode share a `rollout_id` (slime's rule for a rollout split into several samples);
     `group_index` numbers the task, `index` the sample."""
@@ -232,7 +232,7 @@ def _verl(r: RLSample) -> dict[str, Any]:
     extra_info) with the recorded trajectory in `extra_info["agent_loop"]`: the fields of verl's
     AgentLoopOutput (prompt_ids, response_ids, response_mask, response_logprobs, reward_score),
     which `pomona.trainer.verl_agent_loop.RecordedAgentLoop` hands to verl as they are."""
-    s, p = r.sample, _response_start(r.sample)
+    s = r.sample
     reward = None if s.reward is None else float(s.reward)
     return {
         "data_source": s.metadata.get("benchmark") or "pomona", "prompt": r.prompt,
@@ -241,11 +241,19 @@ def _verl(r: RLSample) -> dict[str, Any]:
                        "branch": s.branch, "calls": s.turns, "harness": s.metadata.get("harness"),
                        "model": s.metadata.get("model"), "rule": s.rule, "tokens": s.tokens,
                        "drift": s.drift, "reward": reward, "advantage": r.advantage,
-                       "agent_loop": {"prompt_ids": s.input_ids[:p], "response_ids": s.input_ids[p:],
-                                      "response_mask": s.loss_mask[p:],
-                                      "response_logprobs": None if s.logprobs is None else s.logprobs[p:],
-                                      "reward_score": reward, "num_turns": len(s.messages)}},
+                       "agent_loop": agent_loop_fields(s)},
     }  # fmt: skip
+
+
+def agent_loop_fields(s: TokenSample) -> dict[str, Any]:
+    """A sample as the fields of verl's AgentLoopOutput: the prompt of the branch's first call,
+    the rest as the response, masked in only where the policy sampled."""
+    p = _response_start(s)
+    return {"prompt_ids": s.input_ids[:p], "response_ids": s.input_ids[p:],
+            "response_mask": s.loss_mask[p:],
+            "response_logprobs": None if s.logprobs is None else s.logprobs[p:],
+            "reward_score": None if s.reward is None else float(s.reward),
+            "num_turns": len(s.messages)}  # fmt: skip
 
 
 def _flat(r: RLSample) -> dict[str, Any]:
@@ -307,7 +315,7 @@ def write_rl(items: list[RLSample], fmt: str, out: Path, tokenizer: Any = None) 
     elif fmt == "verl":
         _write_parquet([_verl(r) for r in items], out / "train.parquet")
     elif fmt == "slime":
-        rows = [_slime(r, tokenizer) for r in items]
+        rows = [slime_sample(r, tokenizer) for r in items]
         _write_jsonl(rows, out / "train.jsonl")
         _write_slime_rollout(rows, out / "rollout_data" / "0.pt")
     else:
