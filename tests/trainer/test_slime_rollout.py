@@ -110,6 +110,30 @@ def test_slime_generate_plays_an_episode_into_samples(sglang, tiny_model, gym_st
     assert first["response"] == tokenizer.decode(first["tokens"][-n:])
 
 
+def dead_port() -> int:
+    """A port nothing listens on: the engine is down."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_engine_that_is_down_fails_the_episode_and_gives_no_sample(tiny_model, gym_state,
+                                                                     tmp_path):  # fmt: skip
+    from transformers import AutoTokenizer
+
+    url = f"http://127.0.0.1:{dead_port()}/generate"
+    with httpx.Client(timeout=30) as client:
+        record, rows = asyncio.run(slime_rollout.play(
+            TASK, slime_rollout.sglang_generate(url, SAMPLING, client),
+            AutoTokenizer.from_pretrained(str(tiny_model)), trajectories=str(tmp_path / "runs"),
+            state_dir=gym_state, timeout=300, max_steps=4,
+        ))  # fmt: skip
+    assert (record.failure_kind, record.reward, rows) == ("upstream", None, [])
+    assert "ConnectError" in (record.failure_message or "")
+
+
 @pytest.mark.skipif(not os.environ.get("POMONA_SLIME_SRC"),
                     reason="no slime checkout given (POMONA_SLIME_SRC=DIR): slime is not on any "
                            "registry this machine reaches")  # fmt: skip
@@ -133,3 +157,10 @@ def test_slime_generate_returns_slimes_own_samples(sglang, tiny_model, gym_state
     trained = [t for t, k in zip(out[0].tokens[-out[0].response_length :], out[0].loss_mask,
                                  strict=True) if k]  # fmt: skip
     assert trained[: len(sglang.generated[0].completion_ids)] == sglang.generated[0].completion_ids
+
+    # the engine down: the sample itself comes back failed, its loss masked by slime
+    args.sglang_router_port = dead_port()
+    failed = Sample(index=8, prompt="create hello.txt", metadata={"task": TASK})
+    back = asyncio.run(slime_rollout.generate(args, failed, dict(SAMPLING)))
+    assert back is failed and back.remove_sample and back.reward == 0.0
+    assert back.status == Sample.Status.FAILED and back.metadata["pomona_failure"] == "upstream"
