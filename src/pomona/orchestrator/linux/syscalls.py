@@ -163,8 +163,15 @@ def alive(pid: int, start: int) -> bool:
     return pid > 0 and start_time(pid) == start
 
 
-def exited(pidfd: int) -> bool:
-    """Whether the process behind a pidfd has exited (a pidfd polls readable from then on)."""
+def readable(fd: int, timeout: float = 0) -> bool:
+    """Whether fd is readable within timeout seconds. poll, not select: a service holding a
+    thousand sandboxes has descriptors above select's limit of 1024."""
     poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(0))
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0) * 1000))
+
+
+def exited(pidfd: int, timeout: float = 0) -> bool:
+    """Whether the process behind a pidfd has exited, waiting up to timeout seconds (a pidfd
+    polls readable from then on)."""
+    return readable(pidfd, timeout)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import select
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 from pomona.errors import InvalidRequest, PomonaError, SandboxFailed
-from pomona.orchestrator.linux import idranges, seccomp
+from pomona.orchestrator.linux import idranges, seccomp, syscalls
 from pomona.orchestrator.linux.helpers import helper
 from pomona.orchestrator.linux.safefs import remove_tree
 from pomona.orchestrator.runtimes.local.records import Live
@@ -154,7 +153,7 @@ def _line(fd: int, deadline: float) -> str:
     data = b""
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not syscalls.readable(fd, left):
             raise SandboxFailed(f"the sandbox's init did not answer in {INIT_DEADLINE:.0f} s")
         chunk = os.read(fd, 1)  # byte by byte: what follows the line is the next line's
         if not chunk:
@@ -175,7 +174,7 @@ def teardown(live: Live, state_dir: Path) -> None:
     id range. Safe to repeat after a crash: nothing of it is mounted in the host's namespace."""
     live.kill()
     if live.pidfd is not None:
-        select.select([live.pidfd], [], [], EXIT_DEADLINE)
+        syscalls.exited(live.pidfd, EXIT_DEADLINE)
     if live.process:
         with contextlib.suppress(Exception):
             live.process.kill()  # only pomona-init's parent, or a half-made init
