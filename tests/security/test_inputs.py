@@ -187,3 +187,20 @@ def test_hostile_strings_never_make_the_service_fail(tenant, target, value, wher
     )
     if where == "create-image" and r.status_code == 200:
         alice.delete(f"/sandboxes/{r.json()['id']}")
+
+
+@pytest.mark.parametrize("where", ["read", "stat", "write", "list", "remove"])
+def test_a_name_too_long_for_the_filesystem_is_the_callers_error(tenant, target, where):
+    """ENAMETOOLONG from a system call of the files API is a 422 in words, not a 500 (found by the
+    fuzzing above: the system-call error answered as an internal one)."""
+    alice, name = tenant("alice"), "/workspace/" + "a" * 300
+    method, path, kwargs = {
+        "read": ("GET", "/files", {"params": {"path": name}}),
+        "stat": ("GET", "/files/stat", {"params": {"path": name}}),
+        "write": ("POST", "/files", {"json": {"path": name, "content": "eA=="}}),
+        "list": ("GET", "/files/list", {"params": {"path": name}}),
+        "remove": ("DELETE", "/files", {"params": {"path": name}}),
+    }[where]
+    r = alice.request(method, f"/sandboxes/{target}{path}", **kwargs)
+    assert r.status_code == 422, f"{r.status_code} {r.text[:300]}"
+    assert "ENAMETOOLONG" in r.json()["detail"]

@@ -39,6 +39,7 @@ from pomona.errors import (
     RuntimeUnavailable,
     SandboxConflict,
     StoreUnavailable,
+    SystemCallFailed,
     TooLarge,
     WaitTimedOut,
 )
@@ -165,4 +166,7 @@ def add_handlers(app: FastAPI) -> None:
     for store_error in _store_errors():
         app.add_exception_handler(store_error, store_unreachable)
     app.add_exception_handler(OSError, os_error)
+    # a failed system call is an OSError first: its errno says whose fault it is (a name too
+    # long is the caller's), not the PomonaError it also is (that handler would answer 500)
+    app.add_exception_handler(SystemCallFailed, os_error)
     app.add_exception_handler(Exception, internal_error)
