@@ -129,6 +129,29 @@ def test_run_page_matrix_and_filters(viewer: str, open_page: Any) -> None:
     assert page.errors == []
 
 
+def test_what_is_typed_in_a_filter_survives_a_load_in_flight(viewer: str, open_page: Any) -> None:
+    """A load that was in flight while the user typed re-renders the page: the typed filter
+    stays (it was lost, and the filter applied was the old one, on a loaded machine)."""
+    run = next(e["run"] for e in episodes_of(viewer) if e["task"] == "files/rename")
+    page = open_page(viewer)
+    p = page.open(f"/run?run={run}")
+    expect(p.locator("table.matrix tbody tr")).to_have_count(3, timeout=WAIT_MS)
+    held: list[Any] = []
+    p.route("**/api/run/tasks*", lambda route: held.append(route))  # held until released
+    p.get_by_label("Outcome").select_option("fail")
+    while not held:  # the change handler's request is held: its load is in flight
+        p.wait_for_timeout(50)
+    p.get_by_label("Task").fill("rename")
+    for route in held:
+        route.continue_()
+    p.unroute("**/api/run/tasks*")
+    expect(p.locator("#status")).to_have_text("3 task(s) match", timeout=WAIT_MS)
+    expect(p.get_by_label("Task")).to_have_value("rename")
+    p.get_by_label("Task").press("Enter")
+    expect(p.locator("table.matrix tbody tr")).to_have_count(1, timeout=WAIT_MS)
+    assert page.errors == []
+
+
 def test_leaderboard_sorts_and_plots(viewer: str, open_page: Any) -> None:
     page = open_page(viewer)
     p = page.open("/leaderboard")

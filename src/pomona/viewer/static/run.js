@@ -34,11 +34,14 @@ function inFlight(items) {
       ` · ${i.harness ?? "?"} · ${i.model ?? "?"} · ${i.calls} call(s) · last at ${when(i.last_call_at)}`]);
 }
 
+let typed = null; // the task filter as typed, not yet submitted
 function filters(detail) {
   const select = (name, label, options) => el("label", {}, label,
     el("select", { name, onchange: (e) => { state[name] = e.target.value; state.offset = 0; load(); } },
       options.map(([value, text]) => el("option", { value, selected: state[name] === value }, text))));
-  const search = el("input", { type: "search", name: "task", value: state.task, placeholder: "part of a task id" });
+  // what is typed survives a re-render (a load still in flight when typing began, a refresh)
+  const search = el("input", { type: "search", name: "task", value: typed ?? state.task, placeholder: "part of a task id",
+    oninput: (e) => { typed = e.target.value; } });
   return el("form", { class: "filters", role: "search", "aria-label": "Filter attempts", onsubmit: (e) => {
     e.preventDefault(); state.task = search.value; state.offset = 0; load();
   } },
