@@ -127,6 +127,26 @@ def playable(
     return in_image(kept, image, runtime), unavailable
 
 
+def refuse_foreign_loop(benchmark: str, harness: str) -> None:
+    """A benchmark's own loop (a harness that is not standalone: claw-eval) plays only the
+    benchmarks whose agent it is; anywhere else it is refused before a sandbox starts, not
+    found missing inside each episode."""
+    from pomona.harnesses import registry as harnesses
+
+    try:
+        loop = harnesses.get(harness)
+    except UsageError:
+        return  # not a harness (the built-in WebVoyager loop): the engine's agent_for says
+    if loop.standalone:
+        return
+    own = [b.name for b in registry.benchmarks() if b.agent == harness]
+    if registry.get(benchmark)[0].name not in own:
+        raise UsageError(
+            f"{harness} is a benchmark's own loop: it plays {' and '.join(own)} only, "
+            f"not {benchmark}; give another --harness"
+        )
+
+
 def run_tasks(
     benchmark: str,
     harness: str,
@@ -138,6 +158,7 @@ def run_tasks(
     runtime: str,
 ) -> tuple[list[Task], dict[str, str]]:
     """The tasks run `run_id` plays (choose_tasks, then playable) and why the others cannot."""
+    refuse_foreign_loop(benchmark, harness)
     swe_model = swebench.model_name(harness, model)
     chosen = choose_tasks(benchmark, run_id, trajectories, swe_model, task_ids)
     return playable(benchmark, model, image, runtime, chosen)

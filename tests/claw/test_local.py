@@ -97,3 +97,15 @@ def test_a_run_with_nothing_runnable_says_why_before_it_starts(
     err = capsys.readouterr().err
     assert code == 2 and "can run here" in err and "needs the internet" in err
     assert not list(tmp_path.iterdir())  # nothing started, nothing recorded
+
+
+def test_claw_evals_own_loop_is_refused_on_another_benchmark_before_it_starts(tmp_path, capsys):
+    """claw-eval's loop is laid out by Claw-Eval's tasks: elsewhere the run is refused in words,
+    and nothing is made (no run manifest, no sandbox)."""
+    code = main(["run", "--benchmark", "swe-local", "--harness", "claw-eval",
+                 "--trajectories", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "claw-eval is a benchmark's own loop" in err and "not swe-local" in err
+    assert "claw-eval-local and claw-eval only" in err
+    assert not list(tmp_path.rglob("*.json"))  # refused before the manifest is written
