@@ -11,18 +11,28 @@ processes, mounts, loop devices, cgroups (named after their state directory) and
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import secrets
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist each worker is a session of its own (the run's id plus the worker's name), so
+# a worker's end-of-session check counts only what it made, and it removes only its own directory
+# while the others still run. A worker's directory sits beside the run's, not inside it (sockets
+# made under it must keep short paths). A session id given from outside is kept as it is.
 SESSION = os.environ.setdefault("POMONA_TEST_SESSION", secrets.token_hex(4))
-SESSION_TMP = Path(tempfile.gettempdir()) / f"pomona-test-{SESSION}"
+TMP_ROOT = os.environ.setdefault("POMONA_TEST_TMP_ROOT", tempfile.gettempdir())
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER and not SESSION.endswith(f"-{WORKER}"):
+    SESSION = os.environ["POMONA_TEST_SESSION"] = f"{SESSION}-{WORKER}"
+SESSION_TMP = Path(TMP_ROOT) / f"pomona-test-{SESSION}"
 SESSION_TMP.mkdir(mode=0o700, exist_ok=True)
 os.environ["TMPDIR"] = tempfile.tempdir = str(SESSION_TMP)
 
@@ -31,6 +41,17 @@ def docker_available() -> bool:
     if not shutil.which("docker"):
         return False
     return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_event_loop_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module must not leave an asyncio loop running in the thread (sync Playwright left
+    started, a BrowserEnv not closed): every later test in the process that runs a loop of its
+    own would fail, far from the cause, in whatever order the files reach this worker."""
+    yield
+    if asyncio._get_running_loop() is not None:
+        asyncio.events._set_running_loop(None)
+        pytest.fail(f"{request.module.__name__} left an asyncio event loop running in its thread")
 
 
 # -- what this session left behind -------------------------------------------------------------

@@ -4,7 +4,10 @@ them on first use)."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CACHE = Path("/var/cache/pomona/images")
@@ -16,13 +19,27 @@ def _has(image: str) -> bool:
     )
 
 
+@contextmanager
+def _building(name: str) -> Iterator[None]:
+    """One build of an image at a time on the machine: the suite's parallel workers (and CI's
+    clones) would otherwise debootstrap into one directory and remove it under each other."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def rootfs_tar(name: str, include: tuple[str, ...] = (), absent: tuple[str, ...] = ()) -> Path:
     """A Debian bookworm minbase root filesystem (plus `include` packages) as a tar, built once.
     `absent` names programs the image must not have (checked, so a test relying on it is real)."""
     tar = CACHE / f"{name}.tar"
-    if tar.exists():
-        return tar
-    CACHE.mkdir(parents=True, exist_ok=True)
+    with _building(name):
+        if not tar.exists():
+            _debootstrap(name, tar, include, absent)
+    return tar
+
+
+def _debootstrap(name: str, tar: Path, include: tuple[str, ...], absent: tuple[str, ...]) -> None:
     rootfs = CACHE / f"{name}-rootfs"
     subprocess.run(["rm", "-rf", str(rootfs)], check=True)
     command = ["debootstrap", "--variant=minbase"]
@@ -35,16 +52,16 @@ def rootfs_tar(name: str, include: tuple[str, ...] = (), absent: tuple[str, ...]
     subprocess.run(["tar", "-C", str(rootfs), "-cf", f"{tar}.tmp", "."], check=True)
     Path(f"{tar}.tmp").rename(tar)
     subprocess.run(["rm", "-rf", str(rootfs)], check=True)
-    return tar
 
 
 def docker_image(image: str, tar: Path) -> str:
     """The image in the Docker engine's store (the local runtime reads it from there too)."""
-    if not _has(image):
-        with open(tar, "rb") as f:
-            subprocess.run(
-                ["docker", "import", "-", image], stdin=f, check=True, capture_output=True
-            )
+    with _building(image.replace("/", "_").replace(":", "_")):
+        if not _has(image):
+            with open(tar, "rb") as f:
+                subprocess.run(
+                    ["docker", "import", "-", image], stdin=f, check=True, capture_output=True
+                )
     return image
 
 

@@ -53,13 +53,16 @@ def _installed() -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
+    # without PYTHONPATH: a checkout's src on it (a worktree's tests) holds the egg-info the
+    # wheel build leaves, and pip would take pomona as installed already and install nothing
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
          "--no-index", str(wheel)],
-        check=True, capture_output=True,
+        check=True, capture_output=True, env=clean,
     )  # fmt: skip
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(subprocess.check_output([python, "-c", code], text=True).strip())
+    site = Path(subprocess.check_output([python, "-c", code], text=True, env=clean).strip())
     # where this interpreter finds its libraries (site dirs, and those .pth files added), never
     # a source checkout: the wheel's pomona must be the only one
     deps = sorted({p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()})

@@ -17,9 +17,9 @@ def state_dir() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="pomona-bench-")
     yield path
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared(path)
     LocalRuntime(path).unmount_store()
     shutil.rmtree(path, ignore_errors=True)
 

@@ -24,9 +24,9 @@ def browser_state() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="pomona-browser-")
     yield path
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared(path)
     LocalRuntime(path).unmount_store()
 
 

@@ -28,9 +28,9 @@ def state(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("claw-harnesses"))
     yield path
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared(path)
     LocalRuntime(path).unmount_store()
 
 

@@ -30,9 +30,9 @@ def gym_state(harnesses_ready: None) -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="pomona-gym-harness-")
     yield path
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared(path)
     LocalRuntime(path).unmount_store()
 
 

@@ -19,9 +19,9 @@ def state_dir():
     path = tempfile.mkdtemp(prefix="pomona-gym-")
     yield path
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared(path)
     LocalRuntime(path).unmount_store()
 
 

@@ -145,10 +145,11 @@ def test_signal_kills_the_whole_group_and_nothing_else(g, tmp_path):
 
 def test_a_background_child_holding_stdout_does_not_hang(g):
     started = time.monotonic()
-    r = g.run(["sh", "-c", "sleep 30 & echo holds-stdout"])
+    child = f"sleep 30.{os.getpid()}"  # this test's own: the cleanup kills no other's sleep
+    r = g.run(["sh", "-c", f"{child} & echo holds-stdout"])
     assert r.out == b"holds-stdout\n" and r.code == 0
     assert time.monotonic() - started < 25  # far below the child's 30 s: it was not waited for
-    subprocess.run(["pkill", "-f", "^sleep 30$"])
+    subprocess.run(["pkill", "-f", f"^{child}$"])
 
 
 def test_output_still_on_its_way_when_the_command_exits_arrives_whole(g):

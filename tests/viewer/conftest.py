@@ -87,8 +87,8 @@ def viewer(store: Path) -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+@pytest.fixture(scope="module")  # sync Playwright holds an event loop running in this thread
+def browser() -> Iterator[Any]:  # while it lives: only for the module that drives pages
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (./dev setup installs it)")
     from playwright.sync_api import sync_playwright

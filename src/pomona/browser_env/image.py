@@ -14,8 +14,11 @@ Debian's package mirror.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pomona.errors import PomonaError
@@ -39,6 +42,17 @@ def _run(argv: list[str], what: str, **kwargs: object) -> None:
         raise ImageBuildError(f"{what} failed (exit {proc.returncode}): {tail}")
 
 
+@contextmanager
+def _building(cache: Path) -> Iterator[None]:
+    """One build at a time per cache: processes starting together (test workers, a pool of
+    environments) would otherwise debootstrap into one directory and remove it under each other;
+    the ones that waited find the image built."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"browser-{SUITE}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def rootfs_tar(cache: Path = CACHE, force: bool = False) -> Path:
     """The image's root filesystem as a tar, built once."""
     tar = cache / f"browser-{SUITE}.tar"
@@ -48,7 +62,6 @@ def rootfs_tar(cache: Path = CACHE, force: bool = False) -> Path:
         raise ImageBuildError(
             "building the browser image needs debootstrap (apt-get install debootstrap)"
         )
-    cache.mkdir(parents=True, exist_ok=True)
     rootfs = cache / f"browser-{SUITE}-rootfs"
     _run(["rm", "-rf", str(rootfs)], "clearing an old build")
     _run(
@@ -74,9 +87,12 @@ def build(tag: str = IMAGE, cache: Path = CACHE, force: bool = False) -> str:
         raise ImageBuildError("the browser image goes into Docker's store: no `docker` here")
     if has_image(tag) and not force:
         return tag
-    tar = rootfs_tar(cache, force)
-    with open(tar, "rb") as f:
-        _run(["docker", "import", "-", tag], "docker import", stdin=f)
+    with _building(cache):
+        if has_image(tag) and not force:
+            return tag
+        tar = rootfs_tar(cache, force)
+        with open(tar, "rb") as f:
+            _run(["docker", "import", "-", tag], "docker import", stdin=f)
     return tag
 
 

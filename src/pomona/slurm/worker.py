@@ -68,9 +68,9 @@ def sweep(tmp: Path) -> None:
 def _release(state: str) -> None:
     """The node-local state directory's sandboxes, store and files, once the shard is played."""
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared(state)
     if Path(state, "store").exists():
         LocalRuntime(state).unmount_store()
     shutil.rmtree(state, ignore_errors=True)

@@ -3,6 +3,7 @@ heartbeats of its sandboxes, so two clients on one state directory would disagre
 
 from __future__ import annotations
 
+import os
 import threading
 
 from pomona.orchestrator.sdk.client import SandboxClient
@@ -26,8 +27,16 @@ def shared_client(runtime: str | None = "local", state_dir: str | None = None) -
         return _clients[key]
 
 
-def _close_all() -> None:
-    """Close every shared client now (tests); at interpreter exit the SDK closes them itself."""
-    for client in _clients.values():
+def close_shared(state_dir: str | os.PathLike[str] | None = None) -> None:
+    """Close the shared clients of one state directory (the one a test made and is about to
+    remove), or every shared client with None. The others stay open: another part of the
+    process may still hold them. At interpreter exit the SDK closes them itself."""
+    with _lock:
+        if state_dir is None:
+            closing = list(_clients)
+        else:
+            mine = os.path.realpath(state_dir)
+            closing = [k for k in _clients if k[1] and os.path.realpath(k[1]) == mine]
+        clients = [_clients.pop(k) for k in closing]
+    for client in clients:
         client.close()
-    _clients.clear()
