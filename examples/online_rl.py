@@ -99,9 +99,9 @@ def main() -> None:
                 policy.close()
     finally:
         from pomona.orchestrator.runtimes.local import LocalRuntime
-        from pomona.orchestrator.sdk.shared import _close_all
+        from pomona.orchestrator.sdk.shared import close_shared
 
-        _close_all()
+        close_shared()
         LocalRuntime(state).unmount_store()
         shutil.rmtree(state, ignore_errors=True)
 

@@ -90,7 +90,7 @@ def pomona_side(tasks: list[str], steps: int) -> dict[str, Any]:
 
     import pomona  # noqa: F401 - registers the envs
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
     state = tempfile.mkdtemp(prefix="pomona-browser-bench-")
     peak = Peak()
@@ -113,7 +113,7 @@ def pomona_side(tasks: list[str], steps: int) -> dict[str, Any]:
     finally:
         env.close()
         memory = peak.stop()
-        _close_all()
+        close_shared()
         LocalRuntime(state).unmount_store()
     return {"resets": resets, "steps": latencies, "memory": memory}
 

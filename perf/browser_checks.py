@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 import pomona  # noqa: F401 - registers the envs
 from pomona.orchestrator.runtimes.local import LocalRuntime
-from pomona.orchestrator.sdk.shared import _close_all
+from pomona.orchestrator.sdk.shared import close_shared
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
             env.close()
             print(f"check_env, interface={interface}: {passed}/{args.runs} runs passed", flush=True)
     finally:
-        _close_all()
+        close_shared()
         LocalRuntime(state).unmount_store()
 
 

@@ -141,9 +141,9 @@ def recorded(directories: list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
 def release(work: Path) -> None:
     """Close the rollouts' sandbox clients and unmount their stores (else the temp dir stays)."""
     from pomona.orchestrator.runtimes.local import LocalRuntime
-    from pomona.orchestrator.sdk.shared import _close_all
+    from pomona.orchestrator.sdk.shared import close_shared
 
-    _close_all()
+    close_shared()
     for store in work.glob("*/*/store"):
         LocalRuntime(str(store.parent)).unmount_store()
 

@@ -90,9 +90,9 @@ def main() -> None:
         table = rows(args, state)
     finally:
         from pomona.orchestrator.runtimes.local import LocalRuntime
-        from pomona.orchestrator.sdk.shared import _close_all
+        from pomona.orchestrator.sdk.shared import close_shared
 
-        _close_all()
+        close_shared()
         LocalRuntime(state).unmount_store()
         shutil.rmtree(state, ignore_errors=True)
     width = max(len(r[0]) for r in table)

@@ -27,7 +27,7 @@ from pomona import trajectories
 from pomona.benchmarks import builtin
 from pomona.episodes.rollouts import rollout
 from pomona.orchestrator.runtimes.local import LocalRuntime
-from pomona.orchestrator.sdk.shared import _close_all
+from pomona.orchestrator.sdk.shared import close_shared
 
 
 def _per_episode_calls(runs: Path) -> dict[str, tuple[float, float]]:
@@ -98,7 +98,7 @@ def main() -> None:
         for level in (int(x) for x in args.levels.split(",")):
             results.append(bench(args.harness, level, root))
     finally:
-        _close_all()
+        close_shared()
         LocalRuntime(str(root / "state")).unmount_store()
     print(
         f"\nrollout throughput: {args.harness}, oracle model, built-in tasks "
