@@ -131,24 +131,42 @@ def test_run_page_matrix_and_filters(viewer: str, open_page: Any) -> None:
 
 def test_what_is_typed_in_a_filter_survives_a_load_in_flight(viewer: str, open_page: Any) -> None:
     """A load that was in flight while the user typed re-renders the page: the typed filter
-    stays (it was lost, and the filter applied was the old one, on a loaded machine)."""
+    stays (it was lost, and the filter applied was the old one, on a loaded machine); and an
+    older load that answers after a newer one draws nothing (it drew over the filtered table)."""
     run = next(e["run"] for e in episodes_of(viewer) if e["task"] == "files/rename")
     page = open_page(viewer)
     p = page.open(f"/run?run={run}")
-    expect(p.locator("table.matrix tbody tr")).to_have_count(3, timeout=WAIT_MS)
+    rows, status, task = (
+        p.locator("table.matrix tbody tr"),
+        p.locator("#status"),
+        p.get_by_label("Task"),
+    )
+    expect(rows).to_have_count(3, timeout=WAIT_MS)
     held: list[Any] = []
-    p.route("**/api/run/tasks*", lambda route: held.append(route))  # held until released
-    p.get_by_label("Outcome").select_option("fail")
-    while not held:  # the change handler's request is held: its load is in flight
-        p.wait_for_timeout(50)
-    p.get_by_label("Task").fill("rename")
-    for route in held:
-        route.continue_()
+    p.route("**/api/run/tasks*", lambda route: held.append(route))  # answered when released
+
+    def held_count(n: int) -> None:
+        while len(held) < n:
+            p.wait_for_timeout(50)
+
+    p.get_by_label("Outcome").select_option("pass")  # load 1, held
+    held_count(1)
+    task.fill("rename")
+    held[0].continue_()
+    expect(status).to_have_text("0 task(s) match", timeout=WAIT_MS)  # load 1 drew the page
+    expect(task).to_have_value("rename")  # what was typed survived it
+    p.get_by_label("Outcome").select_option("")  # load 2, held
+    held_count(2)
+    task.press("Enter")  # load 3: any outcome, task rename; held
+    held_count(3)
+    held[2].continue_()
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
+    held[1].continue_()  # the older load answers last
+    p.wait_for_load_state("networkidle")
+    p.wait_for_timeout(500)
+    expect(rows).to_have_count(1)
+    expect(status).to_have_text("1 task(s) match")
     p.unroute("**/api/run/tasks*")
-    expect(p.locator("#status")).to_have_text("3 task(s) match", timeout=WAIT_MS)
-    expect(p.get_by_label("Task")).to_have_value("rename")
-    p.get_by_label("Task").press("Enter")
-    expect(p.locator("table.matrix tbody tr")).to_have_count(1, timeout=WAIT_MS)
     assert page.errors == []
 
 

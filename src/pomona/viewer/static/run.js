@@ -74,10 +74,13 @@ function matrix(page) {
 }
 
 let detail = null;
+let latest = 0; // the newest load: an older one answering late must not draw over it
 async function load() {
   remember();
+  const mine = ++latest;
   try {
     const page = await api("/api/run/tasks", { run, ...state, limit: LIMIT });
+    if (mine !== latest) return;
     setStatus(`${page.total} task(s) match`);
     replace("content", header(detail), inFlight(detail.in_flight_episodes), filters(detail), el("h2", {}, "Tasks and attempts"), matrix(page));
   } catch (e) {
