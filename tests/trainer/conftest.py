@@ -130,6 +130,41 @@ def tiny_model(session_dir: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def pi_tiny_model(tiny_model: Path, gym_state: str, session_dir: Path) -> Path:
+    """The tiny model taught the same under pi's own tools (read from a pi episode's first
+    call), so that a pi episode it plays makes a tool call, reads its output and ends: two
+    calls, the tool output between them (the trainer adapters' tests)."""
+    import datasets
+
+    import pomona.gym
+    from pomona.proxy.local_model import neutral_to_template
+    from pomona.trainer.orchard import swe_message
+    from pomona.trainer.train import sft
+
+    seen: list[dict] = []
+
+    def stop(observation: dict) -> dict:
+        seen.append(observation)
+        return {"text": "ok"}
+
+    asyncio.run(pomona.gym.rollout([TASK], "pi", policy=stop, state_dir=gym_state,
+                                   trajectories=str(session_dir / "pi-prompt"), timeout=120,
+                                   progress=False))  # fmt: skip
+    _, tools = neutral_to_template(seen[0])
+    rows = []
+    for command in ["ls", "pwd", "echo hi", "date", "whoami", "ls -la"]:
+        for output in ("done", "", "a.txt"):
+            conversation = tool_conversation(command)
+            conversation[3]["content"] = output
+            rows.append({"messages": [swe_message(m) for m in conversation[1:]],
+                         "tools": json.dumps(tools)})  # fmt: skip
+    out = session_dir / "tiny-pi"
+    sft(datasets.Dataset.from_list(rows), tiny_model, out, steps=30, batch_size=2,
+        learning_rate=5e-3, max_length=8192)  # fmt: skip
+    return out
+
+
 def with_template(model: Path, out: Path, template: str) -> Path:
     """A copy of `model` whose tokenizer has `template` as its chat template."""
     shutil.copytree(model, out)

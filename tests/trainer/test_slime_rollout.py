@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pomona.benchmarks.task import CommandScorer, Task
 from pomona.proxy.local_model import LocalModel
 from pomona.trainer import slime_rollout
 from pomona.trainer.episodes import Filters, load
@@ -28,7 +29,9 @@ from tests.trainer.test_slime_export import OTHER_FIELDS, SAMPLE
 pytestmark = pytest.mark.timeout(900)
 
 TASK = "files/create-hello"
-SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 48}
+# what the model was taught: call bash with the command asked for, then say ok
+RUN_LS = Task(id="slime/run-ls", instruction="Please run ls.", scorer=CommandScorer("ls", ""))
+SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 48}
 
 
 class SGLangStandIn:
@@ -70,21 +73,21 @@ class SGLangStandIn:
 
 
 @pytest.fixture
-def sglang(tiny_model: Path):
-    server = SGLangStandIn(LocalModel(tiny_model, max_new_tokens=48, device="cpu"))
+def sglang(pi_tiny_model: Path):
+    server = SGLangStandIn(LocalModel(pi_tiny_model, max_new_tokens=48, device="cpu"))
     yield server
     server.close()
 
 
-def test_slime_generate_plays_an_episode_into_samples(sglang, tiny_model, gym_state, tmp_path):
+def test_slime_generate_plays_an_episode_into_samples(sglang, pi_tiny_model, gym_state, tmp_path):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    tokenizer = AutoTokenizer.from_pretrained(str(pi_tiny_model))
     runs = tmp_path / "runs"
     url = f"http://127.0.0.1:{sglang.port}/generate"
     with httpx.Client(timeout=300) as client:
         record, rows = asyncio.run(slime_rollout.play(
-            TASK, slime_rollout.sglang_generate(url, SAMPLING, client), tokenizer,
+            RUN_LS, slime_rollout.sglang_generate(url, SAMPLING, client), tokenizer,
             trajectories=str(runs), state_dir=gym_state, timeout=300, max_steps=4,
         ))  # fmt: skip
     assert record.failure_kind == "none" and rows and sglang.generated
@@ -99,9 +102,14 @@ def test_slime_generate_plays_an_episode_into_samples(sglang, tiny_model, gym_st
         assert isinstance(first[name], types), (name, first[name])
     n = first["response_length"]
     assert len(first["loss_mask"]) == len(first["rollout_log_probs"]) == n
-    # the first branch: its calls' generations, in order (all of them when merged)
-    calls = sglang.generated[: len(sglang.generated) if len(rows) == 1 else 1]
+    # greedy: a bash call, its output, then "ok": two calls in one conversation (one sample)
+    calls = sglang.generated
+    assert (len(calls), len(rows)) == (2, 1)
     assert first["tokens"][: len(first["tokens"]) - n] == calls[0].prompt_ids
+    glue = len(calls[1].prompt_ids) - len(calls[0].prompt_ids) - len(calls[0].completion_ids)
+    # the tool output between the calls masked out
+    expected = [1] * len(calls[0].completion_ids) + [0] * glue + [1] * len(calls[1].completion_ids)
+    assert glue > 0 and first["loss_mask"] == expected
     trained = [t for t, k in zip(first["tokens"][-n:], first["loss_mask"], strict=True) if k]
     assert trained == [t for g in calls for t in g.completion_ids]
     kept = [lp for lp, k in zip(first["rollout_log_probs"], first["loss_mask"], strict=True) if k]
@@ -137,13 +145,13 @@ def test_an_engine_that_is_down_fails_the_episode_and_gives_no_sample(tiny_model
 @pytest.mark.skipif(not os.environ.get("POMONA_SLIME_SRC"),
                     reason="no slime checkout given (POMONA_SLIME_SRC=DIR): slime is not on any "
                            "registry this machine reaches")  # fmt: skip
-def test_slime_generate_returns_slimes_own_samples(sglang, tiny_model, gym_state, tmp_path):
+def test_slime_generate_returns_slimes_own_samples(sglang, pi_tiny_model, gym_state, tmp_path):
     sys.path.insert(0, os.environ["POMONA_SLIME_SRC"])
     try:
         from slime.utils.types import Sample
     finally:
         sys.path.pop(0)
-    args = Namespace(hf_checkpoint=str(tiny_model), sglang_router_ip="127.0.0.1",
+    args = Namespace(hf_checkpoint=str(pi_tiny_model), sglang_router_ip="127.0.0.1",
                      sglang_router_port=sglang.port, pomona_trajectories=str(tmp_path / "runs"),
                      pomona_state_dir=gym_state, pomona_timeout=300, pomona_max_steps=4)  # fmt: skip
     sample = Sample(group_index=3, index=7, prompt="create hello.txt", label="x",

@@ -3,9 +3,9 @@ AgentLoopWorker in verl's own venv (tests/trainer/verl_venv.sh): pi plays a buil
 local sandbox, each of its model calls generated through the server manager the worker holds.
 That server manager is a stand-in generating with the suite's tiny model (verl_play.py says why:
 no vLLM or SGLang server can run here). Asserted: verl trains exactly what the model generated,
-with its logprobs, and the grader's reward. Under pi's ~4k-token prompt of tools the tiny model
-(taught on a one-tool prompt) degenerates and calls no tool, so the episode is one call: the
-tool output masked between calls is asserted on recorded runs (test_verl_export.py)."""
+with its logprobs, the tool output between its calls masked out, and the grader's reward. The
+model is the tiny one taught under pi's own tools (`pi_tiny_model`), so that greedy it calls
+bash, reads the output and ends."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ SCORER = {"check": "ls", "expected": ""}  # the workspace is empty
 
 
 def test_verl_agent_loop_plays_an_episode_and_trains_what_the_model_sampled(
-    tiny_model, gym_state, tmp_path
+    pi_tiny_model, gym_state, tmp_path
 ):
     if not VERL.exists():
         pytest.skip(f"verl's venv is missing ({VERL}): ./dev setup builds it")
@@ -42,7 +42,7 @@ def test_verl_agent_loop_plays_an_episode_and_trains_what_the_model_sampled(
         "data_source": "pomona", "prompt": [{"role": "user", "content": TASK["instruction"]}],
         "ability": "agent", "extra_info": {"index": 0, "task": TASK["id"]},
     }]), data)  # fmt: skip
-    config = {"model": str(tiny_model), "task": TASK, "scorer": SCORER, "state_dir": gym_state,
+    config = {"model": str(pi_tiny_model), "task": TASK, "scorer": SCORER, "state_dir": gym_state,
               "runs": str(runs), "data": str(data), "reward": verl_reward.__file__}  # fmt: skip
     proc = subprocess.run([str(VERL), str(PLAY), json.dumps(config)], capture_output=True,
                           text=True, timeout=800, env={**os.environ, "OMP_NUM_THREADS": "1",
@@ -59,16 +59,21 @@ def test_verl_agent_loop_plays_an_episode_and_trains_what_the_model_sampled(
         (g["prompt_ids"], g["token_ids"]) for g in got["generated"]
     ]
 
-    # the first branch of the episode's graph: its calls' generations, in order (all of them
-    # when pi sent its history back verbatim)
-    calls = got["generated"][: len(got["generated"]) if got["branches"] == 1 else 1]
+    # greedy, the model taught under pi's tools: a bash call, its output, then "ok": two calls in
+    # one conversation (one branch), pi's history sent back verbatim
+    calls = got["generated"]
+    assert (len(calls), got["branches"]) == (2, 1)
     assert got["prompt_ids"] == calls[0]["prompt_ids"]
     mask = got["response_mask"]
     sampled = [t for t, m in zip(got["response_ids"], mask, strict=True) if m]
     assert sampled == [t for g in calls for t in g["token_ids"]]
-    for g in calls[1:]:  # each later prompt is verl's response so far: tool output masked out
-        assert (got["prompt_ids"] + got["response_ids"])[: len(g["prompt_ids"])] == g["prompt_ids"]
+    # the second prompt is the first, its completion, then the tool output: masked out
+    second = calls[1]["prompt_ids"]
+    assert (got["prompt_ids"] + got["response_ids"])[: len(second)] == second
+    glue = len(second) - len(calls[0]["prompt_ids"]) - len(calls[0]["token_ids"])
+    expected = [1] * len(calls[0]["token_ids"]) + [0] * glue + [1] * len(calls[1]["token_ids"])
+    assert glue > 0 and mask == expected
     kept = [lp for lp, m in zip(got["rollout_log_probs"], mask, strict=True) if m]
     assert kept == pytest.approx([lp for g in calls for lp in g["log_probs"]], abs=1e-5)
     assert got["rm_scores"][-1] == episode.reward and not any(got["rm_scores"][:-1])
-    assert got["num_turns"] >= 2
+    assert got["num_turns"] == 5  # user, assistant, tool, assistant (+ pi's system prompt)
