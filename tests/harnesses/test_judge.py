@@ -46,3 +46,11 @@ def test_refused_by_proxy() -> None:
 def test_no_call_reached_the_proxy() -> None:
     assert judge(False, False, [], 0, out(1, "connect ECONNREFUSED 127.0.0.1:4000"))[0] == "proxy"
     assert judge(False, False, [], 0, out(127, "pi: not found"))[0] == "harness"
+
+
+def test_a_conversation_that_outgrew_the_models_context_is_graded_not_infra() -> None:
+    """The episode's own end (its policy made it too long), however the harness then exited:
+    counting it as an upstream failure would drop a failed episode from the success rate."""
+    full = RecordedCall(False, "context_exceeded", "chat", "/e/k/v1/chat/completions", 400)
+    assert judge(False, False, [OK, OK, full], 3, out(1)) == ("none", None)
+    assert judge(True, False, [OK, full, full], 3, out(-9)) == ("none", None)

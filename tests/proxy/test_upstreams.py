@@ -28,7 +28,8 @@ VLLM_BODY = (
     b'"bytes":[104],"top_logprobs":[]},{"token":"i","logprob":-0.25,"bytes":[105],"top_logprobs":[]}]}}],'
     b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"kv_transfer_params":null,  "x_unknown":{"a":[1]}}'
 )
-BEHAVIOURS = ("ok", "rate-limited", "broken", "gzip", "cut", "slow", "stall", "hang", "trailing")
+BEHAVIOURS = ("ok", "rate-limited", "too-long", "broken", "gzip", "cut", "slow", "stall", "hang",
+              "trailing")  # fmt: skip
 MESSAGES = [{"role": "user", "content": "go"}]
 
 
@@ -197,6 +198,36 @@ def test_rate_limit_headers_reach_the_client(front, caller, upstream):
         429,
     )
     assert json.loads(row["upstream_response_headers"])["retry-after"] == "7"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("caller", ["chat", "anthropic"])
+@pytest.mark.parametrize("upstream", ["vllm", "claude"])
+def test_a_request_longer_than_the_context_is_recorded_apart(front, caller, upstream, stream):
+    """The engine's 400 reaches the client as before, but the row says context_exceeded: the
+    episode's own end, which runs don't count as an upstream failure (harnesses.runner.judge)."""
+    model = f"{upstream}-too-long"
+    if caller == "chat":
+        client, key = _openai(front)
+        with pytest.raises(openai.BadRequestError):
+            _chat(client, model, stream)
+    else:
+        client, key = _anthropic(front)
+        with pytest.raises(anthropic.BadRequestError):
+            _messages(client, model, stream)
+    row = _row(front, key)
+    assert (row["status"], row["status_code"]) == ("context_exceeded", 400), row["error"]
+
+
+def test_a_4xx_that_is_not_about_the_context_stays_an_upstream_error():
+    from pomona.proxy.errors import context_exceeded
+
+    assert context_exceeded(400, '{"error": {"code": "context_length_exceeded"}}')
+    assert context_exceeded(400, None, "the prompt (8100 tokens) plus the reply (256 tokens) "
+                            "exceeds the model's context of 8192 tokens")  # fmt: skip
+    assert not context_exceeded(400, "invalid tool schema")
+    assert not context_exceeded(500, "maximum context length")  # a server fault stays one
+    assert not context_exceeded(None, "maximum context length")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

@@ -157,6 +157,10 @@ def judge(
             "upstream",
             f"the model upstream failed ({last.status_code}) on the last turn{stopped}",
         )
+    if last is not None and last.status == "context_exceeded":
+        # the conversation outgrew the model's context: how the policy played, graded as it
+        # left the task (counting it as infra would drop a failed episode from the denominator)
+        return "none", None
     if timed_out:
         return "timeout", "the harness was stopped at its timeout"
     if last is not None and last.status in ("refused", "client_error"):

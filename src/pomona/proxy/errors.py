@@ -35,6 +35,7 @@ routes) gets OpenAI's error shape.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -130,6 +131,25 @@ class UpstreamError(ProxyError):
         headers: Mapping[str, str] | None = None,
     ):
         super().__init__(status_code, message, code, headers)
+
+
+# How engines say a request does not fit the model's context: OpenAI's error code, vLLM's and
+# OpenAI's wording, SGLang's, Anthropic's, LiteLLM's exception, and Pomona's own model server
+_CONTEXT_EXCEEDED = re.compile(
+    r"context_length_exceeded|maximum context length|context window|ContextWindowExceeded"
+    r"|prompt is too long|longer than the model's context length|exceeds the model's context",
+    re.IGNORECASE,
+)
+
+
+def context_exceeded(status_code: int | None, *texts: str | None) -> bool:
+    """Whether an upstream's 4xx says the request outgrew the model's context: the episode's own
+    end (its conversation grew too long for the model), not a failure of the infrastructure."""
+    return (
+        status_code is not None
+        and 400 <= status_code < 500
+        and any(t and _CONTEXT_EXCEEDED.search(t) for t in texts)
+    )
 
 
 def at_fault(errors: Sequence[Mapping[str, Any]]) -> str:

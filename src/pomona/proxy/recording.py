@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from pomona.proxy.capture import Exchange
 from pomona.proxy.dialects import DIALECTS, Dialect, TokenData
 from pomona.proxy.episodes import Episode, utcnow
+from pomona.proxy.errors import context_exceeded
 from pomona.proxy.upstream import UpstreamCall
 from pomona.trajectories.redact import (
     Scrubber,
@@ -202,6 +203,13 @@ class Call:
             latency_ms=(time.perf_counter() - self.t0) * 1000,
         )
         self._upstream()
+        if status == "upstream_error" and context_exceeded(
+            self.row.get("upstream_status_code") or status_code,
+            error,
+            response,
+            self.row.get("upstream_response"),
+        ):
+            self.row["status"] = "context_exceeded"
         if isinstance(final, dict) and status == "ok":
             self._tokens(final)
         self._redact()

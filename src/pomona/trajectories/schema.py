@@ -47,8 +47,17 @@ class TrajectoryError(PomonaError, ValueError):
     store it cannot open)."""
 
 
-CALL_STATUSES = ("ok", "upstream_error", "client_error", "refused", "incomplete")
-"""`incomplete`: the client went away or the stream was cut before its end."""
+CALL_STATUSES = (
+    "ok",
+    "upstream_error",
+    "context_exceeded",
+    "client_error",
+    "refused",
+    "incomplete",
+)
+"""`incomplete`: the client went away or the stream was cut before its end. `context_exceeded`:
+the upstream refused the request as longer than the model's context (proxy.errors
+.context_exceeded), the episode's own end rather than an upstream failure."""
 
 _ts = pa.timestamp("us", tz="UTC")
 

@@ -18,6 +18,7 @@ The upstream model name picks a behaviour, so one server covers every fault:
 | model | behaviour |
 |---|---|
 | `rate-limited` | 429 in the dialect's error shape, with `Retry-After` and `x-ratelimit-*` headers |
+| `too-long` | 400 in the dialect's error shape, worded as the engine says the request is longer than the model's context (vLLM's, or Anthropic's) |
 | `broken` | 500 with an HTML body |
 | `gzip` | the normal answer, gzip-compressed (a stream is compressed event by event) |
 | `cut` | a stream that stops mid-event and drops the connection; a whole body cut short |
@@ -99,6 +100,15 @@ class FakeUpstream(AppServer):
             return Response(
                 json.dumps(error), 429, RATE_LIMIT_HEADERS, media_type="application/json"
             )
+        if model == "too-long":
+            message = (
+                "prompt is too long: 210000 tokens > 200000 maximum"
+                if self.dialect.name == "anthropic"
+                else "This model's maximum context length is 8192 tokens. However, you requested "
+                "9120 tokens (8096 in the messages, 1024 in the completion)."
+            )
+            error = self.dialect.error(400, message, "invalid_request_error")
+            return Response(json.dumps(error), 400, media_type="application/json")
         if model == "broken":
             return Response(b"<html><h1>502 Bad Gateway</h1></html>", 500, media_type="text/html")
         if model in ("hang", "slow") and await self._wait_or_leave(request, model):
