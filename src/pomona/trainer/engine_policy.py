@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pomona.proxy import toolcall
@@ -29,13 +28,6 @@ from pomona.trainer.samples import TokenSample, samples
 Generate = Callable[[list[int]], tuple[list[int], list[float] | None]]
 
 
-@dataclass
-class Generated:
-    prompt_ids: list[int]
-    token_ids: list[int]
-    log_probs: list[float] | None
-
-
 class EnginePolicy:
     """The in-process policy of `pomona.episodes.rollouts.rollout` that asks `generate` (which
     blocks: it is called on the episode's worker thread) for every main call of the harness."""
@@ -43,17 +35,13 @@ class EnginePolicy:
     def __init__(self, tokenizer: Any, generate: Generate):
         self.tokenizer, self.generate = tokenizer, generate
         self.rendering = toolcall.Rendering(tokenizer)
-        self.generated: list[Generated] = []  # every generation, in order
 
     def __call__(self, observation: dict[str, Any]) -> Action:
         messages, tools = neutral_to_template(observation)
         prompt = rendered_ids(self.rendering, messages, tools)
         ids, logprobs = self.generate(prompt)
-        self.generated.append(Generated(prompt, list(ids), logprobs))
-        parsed = parse_completion(self.tokenizer, list(ids))
-        return Action(
-            parsed.text or None, parsed.tool_calls, TokenData(prompt, list(ids), logprobs)
-        )
+        parsed = parse_completion(self.tokenizer, ids)
+        return Action(parsed.text or None, parsed.tool_calls, TokenData(prompt, ids, logprobs))
 
 
 def episode_samples(

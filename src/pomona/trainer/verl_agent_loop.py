@@ -94,7 +94,6 @@ class PomonaAgentLoop(AgentLoopBase):
         self.runs = runs
         self.tasks = {t.id: t for t in tasks}
         self.timeout, self.max_steps = timeout, max_steps
-        self.policy: EnginePolicy | None = None  # the last run's (what it generated)
 
     def _task(self, info: dict[str, Any]) -> Task:
         name = info.get("task")
@@ -112,8 +111,8 @@ class PomonaAgentLoop(AgentLoopBase):
             ), loop).result()  # fmt: skip
             return list(out.token_ids), out.log_probs
 
-        self.policy = EnginePolicy(self.tokenizer, generate)
-        (record,) = await rollout([task], self.harness, policy=self.policy, dialect="chat",
+        policy = EnginePolicy(self.tokenizer, generate)
+        (record,) = await rollout([task], self.harness, policy=policy, dialect="chat",
                                   proxy=self.proxy, runtime=self.runtime,
                                   state_dir=self.state_dir, timeout=self.timeout,
                                   max_steps=self.max_steps, concurrency=1, progress=False)  # fmt: skip
