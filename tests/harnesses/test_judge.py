@@ -54,3 +54,26 @@ def test_a_conversation_that_outgrew_the_models_context_is_graded_not_infra() ->
     full = RecordedCall(False, "context_exceeded", "chat", "/e/k/v1/chat/completions", 400)
     assert judge(False, False, [OK, OK, full], 3, out(1)) == ("none", None)
     assert judge(True, False, [OK, full, full], 3, out(-9)) == ("none", None)
+
+
+def test_mini_swe_agent_ending_on_the_models_behaviour_is_graded_not_infra() -> None:
+    """mini-swe-agent's own account (traj.json's exit_status) says why it stopped: a model that
+    never writes a valid call (RepeatedFormatError, what SmolLM2 does) or runs out of steps ended
+    the episode itself; an API exception did not."""
+    import json
+
+    from pomona.harnesses.mini_swe_agent import HARNESS
+
+    def ended(status: str) -> Outputs:
+        traj = {"info": {"exit_status": status, "submission": ""}, "messages": []}
+        return Outputs("", "", 0, {"traj.json": json.dumps(traj).encode()})
+
+    for status in ("Submitted", "RepeatedFormatError", "LimitsExceeded"):
+        assert judge(False, HARNESS.completed(ended(status)), [OK] * 3, 3, ended(status)) == (
+            "none",
+            None,
+        ), status
+    for status in ("APIConnectionError", "TimeExceeded"):
+        assert not HARNESS.completed(ended(status))
+    assert not HARNESS.completed(Outputs("", "", 0, {}))  # no trajectory at all
+    assert HARNESS.final_answer(ended("RepeatedFormatError")) is None  # nothing was submitted

@@ -8,6 +8,7 @@ import json
 from pomona.harnesses.base import API_KEY, Harness, Launch, Outputs, PypiInstall, RunContext
 
 _PREFIX = {"chat": "openai", "anthropic": "anthropic", "responses": "openai"}
+MODEL_ENDINGS = ("Submitted", "RepeatedFormatError", "LimitsExceeded")  # its agents/default.py
 
 
 class MiniSweAgent(Harness):
@@ -67,7 +68,12 @@ class MiniSweAgent(Harness):
         return "submitted" if info.get("exit_status") == "Submitted" else None
 
     def completed(self, out: Outputs) -> bool:
-        return (self._trajectory(out).get("info") or {}).get("exit_status") == "Submitted"
+        """Whether mini-swe-agent ended its run by its own rules: the model submitted, or it ended
+        on what the model did (`RepeatedFormatError`: replies with no valid call, again and again;
+        `LimitsExceeded`: its step or cost limit). Those episodes are the model's, graded as
+        left; an exception's name (the API failing) or no trajectory is not an ending of its own."""
+        status = (self._trajectory(out).get("info") or {}).get("exit_status")
+        return status in MODEL_ENDINGS
 
     def transcript(self, out: Outputs) -> list[dict]:
         return list(self._trajectory(out).get("messages") or [])
