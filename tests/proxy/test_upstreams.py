@@ -29,7 +29,7 @@ VLLM_BODY = (
     b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"kv_transfer_params":null,  "x_unknown":{"a":[1]}}'
 )
 BEHAVIOURS = ("ok", "rate-limited", "too-long", "broken", "gzip", "cut", "slow", "stall", "hang",
-              "trailing")  # fmt: skip
+              "trailing", "spaced")  # fmt: skip
 MESSAGES = [{"role": "user", "content": "go"}]
 
 
@@ -324,6 +324,22 @@ def test_nothing_is_sent_after_the_terminal_event(front):
     assert got.endswith(b"data: [DONE]\n\n") and got.count(b"[DONE]") == 1 and b"junk" not in got
     row = _row(front, ep["key"])
     assert row["status"] == "ok" and row["client_response"].encode() == got
+
+
+@pytest.mark.parametrize("caller", ["chat", "anthropic"])
+def test_the_record_keeps_the_upstream_stream_to_its_final_event(front, caller):
+    """LiteLLM stops reading an Anthropic stream at its finish reason; when `message_stop` comes
+    in a later read than `message_delta`, the record still holds it (what the upstream sent)."""
+    if caller == "chat":
+        client, key = _openai(front)
+        _chat(client, "claude-spaced", stream=True)
+    else:
+        client, key = _anthropic(front)
+        _messages(client, "vllm-spaced", stream=True)
+    row = _row(front, key)
+    assert row["status"] == "ok" and row["upstream"] == "litellm"
+    last = row["upstream_response"].rstrip("\n").rsplit("\n\n", 1)[-1]
+    assert last in ("event: message_stop\ndata: {\"type\":\"message_stop\"}", "data: [DONE]")
 
 
 # --- time limits, and clients that leave -------------------------------------------------------------

@@ -6,11 +6,15 @@ before calling out, so the transport knows whose exchange it is recording withou
 code having to pass it along; LiteLLM's translation layers therefore need no changes.
 
 The response body is recorded as it is read, so a stream is recorded as it is relayed and a
-cut stream keeps what arrived. Compressed bodies are recorded decoded.
+cut stream keeps what arrived; a body its reader closes early is read to its end (for at most
+2 s) before it closes, so the record holds all the upstream sent. Compressed bodies are recorded
+decoded.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import zlib
 from collections.abc import AsyncIterator
@@ -92,15 +96,32 @@ def _decode(raw: bytes, encoding: str) -> bytes:
 
 
 class _TeeStream(httpx.AsyncByteStream):
+    """The upstream's body, recorded as its reader reads it, and to its end when the reader
+    closes it early: LiteLLM stops reading a stream at the provider's finish reason, and whether
+    the final event (Anthropic's `message_stop`) had arrived in the same read is up to the
+    network, so the record would otherwise lose it."""
+
+    DRAIN_TIMEOUT = 2.0  # a well-behaved upstream ends its body right after the final event
+
     def __init__(self, inner: Any, into: Exchange):
         self.inner, self.into = inner, into
+        self._chunks: AsyncIterator[bytes] | None = None
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self.inner:
-            self.into._raw.append(chunk)
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._chunks is None:
+            self._chunks = aiter(self.inner)
+        chunk = await anext(self._chunks)
+        self.into._raw.append(chunk)
+        return chunk
 
     async def aclose(self) -> None:
+        with contextlib.suppress(Exception):  # a cut body keeps what arrived
+            async with asyncio.timeout(self.DRAIN_TIMEOUT):
+                async for _ in self:
+                    pass
         await self.inner.aclose()
 
 

@@ -26,6 +26,7 @@ The upstream model name picks a behaviour, so one server covers every fault:
 | `stall` | a stream that sends one event, then nothing for `delay` seconds |
 | `hang` | never answers; notes in `cancelled` when the client (the proxy) gives up |
 | `trailing` | a stream that goes on after its terminal event (an error event, then junk) |
+| `spaced` | a stream whose events arrive 0.2 s apart, each in its own read (a slow network) |
 | anything else | the scripted answer |
 """
 
@@ -137,6 +138,8 @@ class FakeUpstream(AppServer):
         if model == "trailing" and stream:
             extra = [self.dialect.stream_error(500, "after the end"), b"data: junk\n\n"]
             return StreamingResponse(_each(events + extra), media_type="text/event-stream")
+        if model == "spaced" and stream:
+            return StreamingResponse(_spaced(events), media_type="text/event-stream")
         if stream:
             return StreamingResponse(_each(events), media_type="text/event-stream")
         return Response(json.dumps(final), media_type="application/json")
@@ -183,6 +186,12 @@ class _Truncated(Response):
 
 async def _each(events: list[bytes]) -> AsyncIterator[bytes]:
     for e in events:
+        yield e
+
+
+async def _spaced(events: list[bytes]) -> AsyncIterator[bytes]:
+    for e in events:
+        await asyncio.sleep(0.2)
         yield e
 
 
