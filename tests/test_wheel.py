@@ -5,8 +5,10 @@ wheel (task sets, the seccomp loader's source, the viewer's files).
 
 The venv's dependencies come from the suite's own venv through a path entry (resolving them from
 PyPI takes minutes; docs/hpc.md gives that measurement): the wheel itself is what is tested, and
-its pomona is the one imported (asserted). Wheel and venv are cached by the hash of the sources
-they are built from, outside the checkout, so an unchanged tree is not built again."""
+its pomona is the one imported (asserted). Wheel and venv are cached outside the checkout by the
+hash of the sources they are built from and of the dependency directories the venv points at, so
+an unchanged tree is not built again, and a venv whose suite venv is gone (a removed clone) is
+never reused."""
 
 from __future__ import annotations
 
@@ -25,8 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("POMONA_CACHE", "/var/cache/pomona")) / "wheel-test"
 
 
-def _source_hash() -> str:
-    digest = hashlib.sha256()
+def _dependency_dirs() -> list[str]:
+    """Where this interpreter finds its libraries (site dirs, and those .pth files added), never
+    a source checkout: the wheel's pomona must be the only one."""
+    return sorted({p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()})
+
+
+def _build_key() -> str:
+    digest = hashlib.sha256("\n".join(_dependency_dirs()).encode() + b"\0")
     files = [ROOT / "pyproject.toml", ROOT / "README.md"]
     for top, dirs, names in os.walk(ROOT / "src"):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -38,7 +46,7 @@ def _source_hash() -> str:
 
 def _installed() -> Path:
     """The fresh venv with the wheel of this tree in it (built once per tree)."""
-    home = CACHE / _source_hash()
+    home = CACHE / _build_key()
     venv = home / "venv"
     if (home / "ready").exists():
         return venv
@@ -63,9 +71,7 @@ def _installed() -> Path:
     )  # fmt: skip
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     site = Path(subprocess.check_output([python, "-c", code], text=True, env=clean).strip())
-    # where this interpreter finds its libraries (site dirs, and those .pth files added), never
-    # a source checkout: the wheel's pomona must be the only one
-    deps = sorted({p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()})
+    deps = _dependency_dirs()
     (site / "zz-suite-dependencies.pth").write_text("".join(f"{d}\n" for d in deps))
     (home / "ready").write_text(wheel.name)
     return venv
