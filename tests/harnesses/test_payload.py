@@ -3,7 +3,9 @@ in a sandbox whatever its PYTHONPATH or LD_LIBRARY_PATH, and a bin/ that holds o
 
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,35 @@ def test_installing_twice_does_nothing(unavailable: dict[str, str]) -> None:
     assert set(report.cached) == set(ALL) - set(unavailable)
     assert time.monotonic() - t0 < 5
     assert (payload.DEFAULT_ROOT / "VERSIONS").stat().st_mtime >= before
+
+
+def test_an_installed_harness_never_waits_for_anothers_install(
+    unavailable: dict[str, str], tmp_path: Path
+) -> None:
+    """Another process holds the payload's lock (installing the whole list: minutes, cold): a
+    run wanting a harness that is already there goes on at once; one wanting a missing one
+    waits for the lock, then installs it."""
+    name = next(n for n in ALL if n not in unavailable)
+    answers: list[payload.InstallReport] = []
+
+    def install(*args: Any, **kwargs: Any) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.append(payload.install(*args, **kwargs)))
+        thread.start()
+        return thread
+
+    with open(payload.DEFAULT_ROOT / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        install([name]).join(30)
+        assert answers and answers[0].cached == {name: get(name).version}, "it waited"
+    root = tmp_path / "tools"
+    root.mkdir()
+    with open(root / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = install(["zeroclaw"], root, sources={"zeroclaw": "/bin/echo"})
+        waiting.join(1)
+        assert waiting.is_alive() and len(answers) == 1, "a missing one is installed under the lock"
+    waiting.join(30)
+    assert answers[1].installed == {"zeroclaw": get("zeroclaw").version}
 
 
 def test_bin_holds_only_harness_wrappers(unavailable: dict[str, str]) -> None:

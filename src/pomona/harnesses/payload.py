@@ -489,6 +489,36 @@ def _write_versions(root: Path) -> None:
     (root / "VERSIONS").write_text("\n".join(lines) + "\n")
 
 
+def _current(root: Path, harness: Harness) -> bool:
+    """The harness is installed at its pinned version and install spec."""
+    return (_stamps(root).get(harness.name) or {}).get("fingerprint") == fingerprint(harness)
+
+
+def _install_one(root: Path, harness: Harness, source: str | None) -> None:
+    spec = harness.install
+    if isinstance(spec, NpmInstall):
+        _install_npm(root, harness, spec)
+    elif isinstance(spec, PypiInstall):
+        _install_pypi(root, harness, spec)
+    else:
+        _install_binary(root, harness, spec, source)
+
+
+def _stamp(root: Path, harness: Harness) -> None:
+    """The install's last step, whole or not at all (readers look without the lock)."""
+    stamps = root / ".installed"
+    stamps.mkdir(exist_ok=True)
+    record = {
+        "version": harness.version,
+        "command": harness.command,
+        "at": time.time(),
+        "fingerprint": fingerprint(harness),
+    }
+    partial = stamps / f".{harness.name}.json.partial"
+    partial.write_text(json.dumps(record))
+    os.replace(partial, stamps / f"{harness.name}.json")
+
+
 def install(
     names: Iterable[str] | None = None,
     root: Path | str = DEFAULT_ROOT,
@@ -497,8 +527,10 @@ def install(
     force: bool = False,
 ) -> InstallReport:
     """Install the named harnesses (default: all) into the payload at `root`. Cached: a harness
-    already installed at its pinned version is left alone. Never raises for one harness: the
-    report says what was installed, cached, unavailable (and why) or failed."""
+    already installed at its pinned version is left alone, seen without waiting for the lock
+    (its stamp is written last, whole). The lock is taken per harness, so a process wanting one
+    that is there, or one of its own, never waits out another's whole list. Never raises for
+    one harness: the report says what was installed, cached, unavailable (and why) or failed."""
     from pomona.harnesses.registry import get
     from pomona.harnesses.registry import names as all_names
 
@@ -506,21 +538,17 @@ def install(
     report = InstallReport()
     t0 = time.monotonic()
     wanted = list(names) if names else all_names()
-    with _locked(root):
-        have = _stamps(root)
-        for name in progress.track(wanted, "harness payload", unit="harness"):
-            harness = get(name)
-            if not force and (have.get(name) or {}).get("fingerprint") == fingerprint(harness):
+    for name in progress.track(wanted, "harness payload", unit="harness"):
+        harness = get(name)
+        if not force and _current(root, harness):
+            report.cached[name] = harness.version
+            continue
+        with _locked(root):
+            if not force and _current(root, harness):  # installed while this process waited
                 report.cached[name] = harness.version
                 continue
             try:
-                spec = harness.install
-                if isinstance(spec, NpmInstall):
-                    _install_npm(root, harness, spec)
-                elif isinstance(spec, PypiInstall):
-                    _install_pypi(root, harness, spec)
-                else:
-                    _install_binary(root, harness, spec, (sources or {}).get(name))
+                _install_one(root, harness, (sources or {}).get(name))
             except Unavailable as e:
                 report.unavailable[name] = str(e)
                 continue
@@ -530,20 +558,9 @@ def install(
             finally:
                 for stale in root.glob(f".staging-*-{name}"):
                     _rmtree(stale)
-            stamps = root / ".installed"
-            stamps.mkdir(exist_ok=True)
-            (stamps / f"{name}.json").write_text(
-                json.dumps(
-                    {
-                        "version": harness.version,
-                        "command": harness.command,
-                        "at": time.time(),
-                        "fingerprint": fingerprint(harness),
-                    }
-                )
-            )
+            _stamp(root, harness)
             report.installed[name] = harness.version
-        _write_versions(root)
+            _write_versions(root)
     report.seconds = time.monotonic() - t0
     return report
 
