@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pomona import AsyncSandboxClient  # noqa: E402
+from pomona.orchestrator.runtimes.local.enter import DEFAULT_PATH  # noqa: E402
 
 
 @dataclass
@@ -244,15 +245,51 @@ async def idmap_vs_chown(state: Path, image: str) -> tuple[list[float], float, i
     return creates[1:], copy, files
 
 
+def cpu_times() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far (jiffies, all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return sum(values) - idle, sum(values)
+
+
+def busy_since(start: tuple[int, int]) -> float:
+    """The share of the machine's CPU time that was busy since `start` (cpu_times())."""
+    busy, total = cpu_times()
+    return 100 * (busy - start[0]) / max(1, total - start[1])
+
+
+async def bare_run(n: int) -> tuple[float, float]:
+    """The floor: the four Orchard commands, N at once, as plain host processes (no sandbox,
+    no runtime), wall seconds and machine CPU busy %. What the commands alone cost."""
+
+    home = tempfile.mkdtemp(prefix="pomona-bench-home-")
+    # the environment a sandbox's command gets (PATH, HOME), not this shell's: a version
+    # manager's shims on the host's PATH would make every `python3` a script
+    env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8"}
+
+    async def one() -> None:
+        for command, login in COMMANDS:
+            proc = await asyncio.create_subprocess_exec(
+                "bash", *(["-l"] if login else []), "-c", command, env=env, cwd=home,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await proc.wait()
+
+    start, cpu = time.perf_counter(), cpu_times()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return time.perf_counter() - start, busy_since(cpu)
+
+
 def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> dict | None:
     """The Orchard run, then the sequential and snapshot rows; the Orchard run's figures back."""
-    load_before = os.getloadavg()[0]
+    load_before, cpu = os.getloadavg()[0], cpu_times()
     try:
         res = asyncio.run(orchard_run(target, image, n))
     except Exception as e:
         rows.append((f"pomona {target.name}: orchard full", "failed", repr(e)[:80]))
         return None
-    res["load"] = (load_before, os.getloadavg()[0])
+    res["load"], res["busy"] = (load_before, os.getloadavg()[0]), busy_since(cpu)
     rows.append(
         (
             f"pomona {target.name}: create-to-ready (N={n} concurrent)",
@@ -269,7 +306,7 @@ def measure(target: Target, image: str, n: int, rows: list[tuple[str, ...]]) -> 
             ms(pct(res["execs"], 90)),
             ms(pct(res["execs"], 99)),
             f"{len(res['execs']) / res['wall']:.0f} cmd/s, {100 * res['ok'] / n:.1f}% ok, "
-            f"{res['wall']:.1f} s wall",
+            f"{res['wall']:.1f} s wall, CPU {res['busy']:.0f}% busy",
         )
     )
     if res["errors"]:
@@ -328,6 +365,7 @@ def side_by_side(local: dict, http: dict, http_name: str) -> list[tuple[str, ...
         row("exec p50 s", lambda r: pct(r["execs"], 50), "{:.3f}"),
         row("exec p90 s", lambda r: pct(r["execs"], 90), "{:.3f}"),
         row("exec `true` sequential p50 ms", lambda r: 1000 * pct(r["seq_exec"], 50), "{:.2f}"),
+        row("machine CPU busy %", lambda r: r["busy"], "{:.0f}"),
         row("load average before / after", lambda r: r["load"][0], "{:.0f}"),
     ]
 
@@ -374,6 +412,17 @@ def main() -> None:
     )
     have_docker = engine and not args.skip_docker
 
+    wall, busy = asyncio.run(bare_run(args.n_local))
+    rows.append(
+        (
+            f"bare host: the 4 commands, N={args.n_local} at once, no sandbox",
+            "",
+            "",
+            "",
+            f"{4 * args.n_local / wall:.0f} cmd/s, {wall:.1f} s wall, CPU {busy:.0f}% busy",
+        )
+    )
+    time.sleep(30)  # the machine settles before the next run
     local = measure(Target("local", state=str(state / "local")), "host", args.n_local, rows)
     live = asyncio.run(with_live(state / "live"))
     rows.append(
@@ -424,6 +473,7 @@ def main() -> None:
             quota=None,
         ).start()
         try:
+            time.sleep(30)  # the in-process run's sandboxes are reaped: each run starts settled
             name = "http+redis" if redis else "http"
             http = measure(
                 Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows

@@ -154,6 +154,24 @@ def test_writes_to_the_inits_output_never_land_outside_the_quota(local_client):
     assert all(size < 2**20 for name, size in sizes.items() if name != "disk.img"), sizes
 
 
+def test_a_sandbox_made_without_limits_writes_only_to_a_disk_of_its_own(local_client):
+    """No limits asked for: the sandbox still gets the default disk (10 GiB, or the store's
+    size), an image of its own, so what root inside writes never lands in the shared store,
+    which every other sandbox writes to."""
+    with local_client.create_sandbox("host", user="root") as sb:
+        limit = sb.info.spec.limits.disk
+        result = sb.exec(
+            "head -c 8M /dev/zero > /root/blob && df -B1 --output=size / | tail -1", timeout=120
+        )
+        directory = _runtime(local_client).sandboxes[sb.id].dir
+        sizes = {p.name: p.stat().st_size for p in directory.rglob("*") if p.is_file()}
+    assert limit and limit <= 10 * 2**30
+    assert result.exit_code == 0, result.stderr
+    assert 0.9 * limit < int(result.stdout) <= limit  # the disk the sandbox sees is that size
+    assert "disk.img" in sizes
+    assert all(size < 2**20 for name, size in sizes.items() if name != "disk.img"), sizes
+
+
 def _host_processes_of(uid: int) -> int:
     count = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):

@@ -4,6 +4,7 @@ them. Deadlines below only bound polling; nothing asserts how long anything took
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -30,6 +31,13 @@ def poll(condition, limit: float = 60.0, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"{what} did not happen")
         time.sleep(0.1)
+
+
+def _inside(state: Path, sandbox_id: str, path: str) -> Path:
+    """A path of a local sandbox as the host sees it: through its init's root (its writable
+    layer is on a disk image of its own, mounted only in its mount namespace)."""
+    record = json.loads((state / "store" / "sandboxes" / sandbox_id / "record.json").read_text())
+    return Path(f"/proc/{record['init_pid']}/root", path)
 
 
 def sandbox_dirs(state: Path) -> set[str]:
@@ -63,9 +71,7 @@ def test_sigkill_mid_exec_gives_a_clear_error_never_a_second_run(state):
             caller = threading.Thread(target=exec_slow)
             caller.start()
             poll(
-                lambda: (
-                    state / "store" / "sandboxes" / sb.id / "upper" / "workspace" / "runs"
-                ).exists(),
+                lambda: _inside(state, sb.id, "workspace/runs").exists(),
                 what="the command starting",
             )
             replica.restart()  # SIGKILL, then a new process on the same port and state

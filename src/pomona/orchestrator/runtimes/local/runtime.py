@@ -140,12 +140,19 @@ class LocalRuntime:
         return Live(record, directory, cgroup)
 
     def limit_defaults(self, defaults: Limits) -> Limits:
-        """No default disk limit (a disk limit is an image per sandbox); as an ordinary user only
-        pids: without a cgroup cpu= cannot be set, and memory= would be RLIMIT_AS, an address
-        space cap that breaks programs reserving more than they use (V8, Go, the JVM)."""
+        """As root, every default, the disk capped at what the store holds (a disk limit is an
+        ext4 image per sandbox, a reflink of one made once per size: about 4 ms more per create
+        and 2 ms per delete here). As an ordinary user only pids: without a cgroup cpu= cannot
+        be set, memory= would be RLIMIT_AS, an address space cap that breaks programs reserving
+        more than they use (V8, Go, the JVM), and disk= a tmpfs, held in memory."""
         if self.rootless:
             return Limits(pids=defaults.pids)
-        return defaults.model_copy(update={"disk": None})
+        if defaults.disk is None:
+            return defaults
+        store = os.statvfs(self.state)
+        return defaults.model_copy(
+            update={"disk": min(defaults.disk, store.f_blocks * store.f_frsize)}
+        )
 
     # -- create and delete --------------------------------------------------------------------
 
