@@ -41,6 +41,9 @@ def play(shard_path: Path) -> int:
     finally:
         if not shard.get("state_dir"):
             _release(state)
+            # a worker killed while this one started (a failed node's, still dying then) is
+            # gone by now: what it left is released here, not left for a later job
+            sweep(Path(tempfile.gettempdir()))
     done = {"host": socket.gethostname(), "job": job, "episodes": len(result.records)}
     shard_path.with_suffix(".done").write_text(json.dumps(done))
     return 0
