@@ -4,7 +4,6 @@ them. Deadlines below only bound polling; nothing asserts how long anything took
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 
 from pomona import SandboxClient
 from pomona.errors import PomonaError, SandboxNotFound
+from pomona.orchestrator.runtimes.local.records import Record
 from tests.service.harness import KEYS, Replica, unmount
 
 
@@ -36,8 +36,8 @@ def poll(condition, limit: float = 60.0, what: str = "condition") -> None:
 def _inside(state: Path, sandbox_id: str, path: str) -> Path:
     """A path of a local sandbox as the host sees it: through its init's root (its writable
     layer is on a disk image of its own, mounted only in its mount namespace)."""
-    record = json.loads((state / "store" / "sandboxes" / sandbox_id / "record.json").read_text())
-    return Path(f"/proc/{record['init_pid']}/root", path)
+    record = Record.load(state / "store" / "sandboxes" / sandbox_id)
+    return Path(f"/proc/{record.init_pid}/root", path)
 
 
 def sandbox_dirs(state: Path) -> set[str]:

@@ -149,10 +149,12 @@ class LocalRuntime:
             return Limits(pids=defaults.pids)
         if defaults.disk is None:
             return defaults
+        return defaults.model_copy(update={"disk": min(defaults.disk, self._store_bytes())})
+
+    def _store_bytes(self) -> int:
+        """How much the state store holds: no sandbox's disk can be bigger."""
         store = os.statvfs(self.state)
-        return defaults.model_copy(
-            update={"disk": min(defaults.disk, store.f_blocks * store.f_frsize)}
-        )
+        return store.f_blocks * store.f_frsize
 
     # -- create and delete --------------------------------------------------------------------
 
@@ -166,11 +168,9 @@ class LocalRuntime:
                 "limits.cpu needs a cgroup, and none is delegated to this user on this machine "
                 "(the local runtime as an ordinary user: docs/security.md); create without cpu="
             )
-        store = os.statvfs(self.state)
-        if spec.limits.disk and spec.limits.disk > store.f_blocks * store.f_frsize:
+        if spec.limits.disk and spec.limits.disk > (holds := self._store_bytes()):
             raise InvalidRequest(
-                f"limits.disk={spec.limits.disk} is more than the state store holds "
-                f"({store.f_blocks * store.f_frsize} bytes)"
+                f"limits.disk={spec.limits.disk} is more than the state store holds ({holds} bytes)"
             )
         if snapshot:
             lowers, env = snapshots.lowers(self.state, snapshot.id)
