@@ -4,13 +4,14 @@ For each runtime: N sandboxes run concurrently, each create -> the four commands
 (reference/orchard.md section 5: `python -c ...`, `ls /`, `cat /etc/os-release | head -1`, and the
 same with a login shell). Reported: create (to ready) and exec p50/p90/p99, throughput in
 commands per second of wall time, success rate. The same through the REST service (`pomona serve`
-in its own process, the HTTP column), and the two Orchard runs side by side with their ratio.
+in its own process, with one worker and with two: the HTTP columns), and the Orchard runs side
+by side with their ratio.
 Then what a user would do instead: plain `docker run` and `docker exec` with the CLI; the docker
 runtime under gVisor (isolation="gvisor") beside the CLI on runsc, for gVisor's cost. Then
 snapshot and fork(8) of a 200 MB workspace.
 
     .venv/bin/python perf/sandbox_bench.py [--n-local 1000] [--n-http 1000] [--n-docker 50]
-        [--n-gvisor 20]
+        [--n-gvisor 20] [--http-workers 1,2]
 
 Prints one table; no assertion anywhere. Percentiles interpolate as Orchard's do: k=(n-1)p/100.
 """
@@ -404,6 +405,12 @@ def main() -> None:
     parser.add_argument("--skip-docker", action="store_true")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--redis", action="store_true", help="the service's store in a real Redis")
+    parser.add_argument(
+        "--http-workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="the service's runs: `pomona serve --workers N` for each N (comma-separated)",
+    )
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="pomona-bench-"))
     rows: list[tuple[str, ...]] = []
@@ -457,32 +464,40 @@ def main() -> None:
                 f"{files} files; once per range and image",
             )
         )
-    http: dict | None = None
+    https: list[tuple[str, dict]] = []
     if not args.skip_http:
         from tests.service.harness import KEYS, RedisServer, Replica, unmount
 
-        # `pomona serve` in its own process on loopback, SQLite (or Redis) store, an API key;
-        # admission control queues the burst (16 concurrent creates) instead of refusing it
-        redis = RedisServer().start() if args.redis else None
-        server = Replica(  # the bench's tenant runs N sandboxes at once: no quota
-            state / "http",
-            redis.url if redis else None,
-            max_creates=16,
-            max_execs=256,
-            queue=5000,
-            quota=None,
-        ).start()
-        try:
-            time.sleep(30)  # the in-process run's sandboxes are reaped: each run starts settled
-            name = "http+redis" if redis else "http"
-            http = measure(
-                Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows
-            )
-        finally:
-            server.stop()
-            unmount(state / "http")
-            if redis:
-                redis.close()
+        # `pomona serve` in its own process(es) on loopback, SQLite (or Redis) store, an API
+        # key; admission control queues the burst (16 concurrent creates) instead of refusing it
+        for workers in args.http_workers:
+            redis = RedisServer().start() if args.redis else None
+            server = Replica(  # the bench's tenant runs N sandboxes at once: no quota
+                state / f"http{workers}",
+                redis.url if redis else None,
+                max_creates=16,
+                max_execs=256,
+                queue=5000,
+                quota=None,
+                workers=workers,
+            ).start()
+            try:
+                time.sleep(30)  # the previous run's sandboxes are reaped: each run starts settled
+                name = (
+                    ("http+redis" if redis else "http")
+                    + f", {workers} worker"
+                    + "s" * (workers > 1)
+                )
+                result = measure(
+                    Target(name, url=server.url, api_key=KEYS["alice"]), "host", args.n_http, rows
+                )
+                if result:
+                    https.append((name, result))
+            finally:
+                server.stop()
+                unmount(state / f"http{workers}")
+                if redis:
+                    redis.close()
     if have_docker:
         container_columns(args, state, rows)
     rows.append(
@@ -499,8 +514,8 @@ def main() -> None:
     widths = [max(len(str(r[i])) if i < len(r) else 0 for r in [header, *rows]) for i in range(5)]
     for row in [header, *rows]:
         print(" | ".join(str(row[i] if i < len(row) else "").ljust(widths[i]) for i in range(5)))
-    if local and http:
-        compared = side_by_side(local, http, "http" if not args.redis else "http+redis")
+    for name, http in https if local else []:
+        compared = side_by_side(local, http, name)
         compared[-1] = (
             *compared[-1][:1],
             f"{local['load'][0]:.0f} / {local['load'][1]:.0f}",

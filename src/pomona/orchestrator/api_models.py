@@ -272,6 +272,7 @@ class ServiceInfo(BaseModel):
     service: str = "pomona"
     version: str
     status: Literal["running"] = "running"
+    replica: str | None = None  # which process answered: one of `pomona serve --workers N`'s
 
 
 class Health(BaseModel):

@@ -19,13 +19,15 @@ from pomona.orchestrator.runtime import Runtime
 @dataclass(frozen=True)
 class RuntimeKind:
     """One runtime: how to make it, whether it has the machine's own root filesystem to give as
-    the `host` image (only an embedded runtime can; containers need an image), and whether it
-    can run sandboxes under another isolation (gVisor)."""
+    the `host` image (only an embedded runtime can; containers need an image), whether it
+    can run sandboxes under another isolation (gVisor), and whether several service processes
+    may share its state (each sees what another created: `pomona serve --workers N`)."""
 
     name: str
     make: Callable[..., Runtime]
     host_filesystem: bool = False
     isolations: tuple[str, ...] = ("default",)
+    shared_state: bool = False
 
 
 def _local(state_dir: str | None, **options: Any) -> Runtime:
@@ -54,11 +56,11 @@ def _kubernetes(state_dir: str | None, **options: Any) -> Runtime:
 RUNTIMES: dict[str, RuntimeKind] = {
     kind.name: kind
     for kind in (
-        RuntimeKind("local", _local, host_filesystem=True),
+        RuntimeKind("local", _local, host_filesystem=True, shared_state=True),
         RuntimeKind("docker", _engine("docker"), isolations=("default", "gvisor")),
         RuntimeKind("podman", _engine("podman"), isolations=("default", "gvisor")),
         RuntimeKind("gvisor", _engine("docker", "gvisor")),  # docker with isolation="gvisor"
-        RuntimeKind("kubernetes", _kubernetes),  # gVisor there is a RuntimeClass
+        RuntimeKind("kubernetes", _kubernetes, shared_state=True),  # gVisor there is a RuntimeClass
     )
 }
 

@@ -17,8 +17,9 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from pomona.keys import parse_keys
+from pomona.orchestrator.runtimes import make_runtime, runtime_kind
 from pomona.orchestrator.server.admission import Admission
 from pomona.orchestrator.server.coordinator import Coordinator
 from pomona.orchestrator.server.envelope import RequestEnvelope
@@ -38,6 +40,7 @@ from pomona.orchestrator.server.routes import files, jobs, probes, sandboxes, se
 from pomona.orchestrator.server.state import ServiceState
 from pomona.orchestrator.server.store import open_store
 from pomona.orchestrator.server.timing import Timing
+from pomona.orchestrator.server.workers import Supervisor, listening_sockets
 from pomona.orchestrator.sources import ImageSources
 from pomona.orchestrator.types import DEFAULT_LIMITS, Limits, parse_bytes, validated
 
@@ -45,6 +48,9 @@ log = logging.getLogger("pomona.service")
 MAX_BODY = 512 * 2**20
 WORKERS = 64
 MAX_CREATES = 32  # creates at once before admission queues them
+MAX_EXECS = 512  # commands at once, likewise
+QUEUE = 2000  # requests admission holds before it answers 503
+BACKLOG = 2048  # connections the kernel queues before uvicorn accepts them
 
 
 def create_app(
@@ -52,8 +58,8 @@ def create_app(
     keys: KeyRing,
     *,
     max_creates: int = MAX_CREATES,
-    max_execs: int = 512,
-    queue: int = 2000,
+    max_execs: int = MAX_EXECS,
+    queue: int = QUEUE,
     max_body: int = MAX_BODY,
     policy: TenantPolicy | None = None,
 ) -> FastAPI:
@@ -120,7 +126,6 @@ def build(
     mounts under `mount_sources` only, images from `image_dirs` and `registries` only, and hold
     at most their quota (`quota`, None for none, or theirs in `quotas`); every sandbox gets `default_limits`
     for what it does not set."""
-    from pomona.orchestrator.runtimes import make_runtime
     from pomona.orchestrator.service import SandboxService
 
     sources = ImageSources.restricted(image_dirs, registries)
@@ -150,9 +155,11 @@ def serve(
     runtime: str = "local",
     state_dir: str = "/var/lib/pomona",
     redis_url: str | None = None,
+    workers: int = 1,
     **options: Any,
 ) -> None:
-    """Run until stopped. Keys come from POMONA_API_KEYS; without keys only loopback is served."""
+    """Run until stopped, in `workers` processes on one port (workers.py). Keys come from
+    POMONA_API_KEYS; without keys only loopback is served."""
     import uvicorn
 
     keys = parse_keys(os.environ.get("POMONA_API_KEYS"), "POMONA_API_KEYS") or None
@@ -163,15 +170,52 @@ def serve(
     if keys is None:
         log.warning("no POMONA_API_KEYS: authentication is off (loopback only)")
     admins = set(os.environ.get("POMONA_ADMIN_KEYS", "admin").replace(",", " ").split())
-    app = build(runtime, state_dir, redis_url, keys, admins, **options)
-    uvicorn.run(
+    if workers == 1:
+        app = build(runtime, state_dir, redis_url, keys, admins, **options)
+        uvicorn.Server(_uvicorn_config(app, host=host, port=port)).run()
+        return
+    if workers < 1:
+        raise SystemExit(f"--workers {workers}: give 1 or more")
+    if not runtime_kind(runtime).shared_state:
+        raise SystemExit(
+            f"--workers {workers}: the {runtime} runtime cannot share its sandboxes between "
+            "processes; serve it with --workers 1"
+        )
+    for name, default in (("max_creates", MAX_CREATES), ("max_execs", MAX_EXECS), ("queue", QUEUE)):
+        options[name] = -(-options.get(name, default) // workers)  # the service's, split
+
+    def run_worker(sock: socket.socket, ready: Callable[[], object]) -> None:
+        server = uvicorn.Server(
+            _uvicorn_config(build(runtime, state_dir, redis_url, keys, admins, **options))
+        )
+
+        async def main() -> None:
+            serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+            while not (server.started or serving.done()):
+                await asyncio.sleep(0.05)
+            if server.started:
+                ready()
+            await serving
+
+        asyncio.run(main())
+
+    try:
+        sockets = listening_sockets(host, port, workers, BACKLOG)
+    except OSError as e:
+        raise SystemExit(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    raise SystemExit(Supervisor(sockets, run_worker).run())
+
+
+def _uvicorn_config(app: FastAPI, **where: Any) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
         app,
-        host=host,
-        port=port,
-        backlog=2048,
+        backlog=BACKLOG,
         timeout_keep_alive=120,
         log_level="warning",
         ws_max_size=4 * 2**20,
+        **where,
     )
 
 
@@ -188,7 +232,16 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument(
         "--max-creates", type=int, default=MAX_CREATES, help="concurrent creates before queueing"
     )
-    p.add_argument("--max-execs", type=int, default=512, help="concurrent execs before queueing")
+    p.add_argument(
+        "--max-execs", type=int, default=MAX_EXECS, help="concurrent execs before queueing"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="service processes on the port, sharing the state dir and store (one answers "
+        "requests on about one core; the maxima above are the service's, split among them)",
+    )
     p.add_argument(
         "--mount-source",
         action="append",
@@ -301,6 +354,7 @@ def serve_command(args: argparse.Namespace) -> int:
         args.runtime,
         args.state_dir,
         args.redis,
+        args.workers,
         max_creates=args.max_creates,
         max_execs=args.max_execs,
         mount_sources=args.mount_source,
