@@ -67,7 +67,7 @@ def test_every_worker_serves_the_sandboxes_any_other_made(two_workers) -> None:
     url, supervisor, state = two_workers
     headers = {"X-API-Key": KEYS["alice"]}
     made = []
-    for i in range(6):  # a new connection per request: the kernel spreads them over the workers
+    for _ in range(6):  # a new connection per request: the kernel spreads them over the workers
         r = httpx.post(url + "/sandboxes", json={"image": "host"}, headers=headers, timeout=60)
         assert r.status_code in (200, 201), r.text
         made.append(r.json()["id"])
@@ -107,10 +107,13 @@ def test_a_killed_worker_is_replaced_and_the_service_answers_throughout(two_work
         before = replicas(url)
         os.kill(victim, signal.SIGKILL)
         poll(
-            lambda: victim not in (now := workers_of(supervisor)) and len(now) == 2,
+            lambda victim=victim: victim not in (now := workers_of(supervisor)) and len(now) == 2,
             "the supervisor forking a new worker",
         )
-        poll(lambda: len(after := replicas(url)) == 2 and after != before, "the new one answering")
+        poll(
+            lambda before=before: len(after := replicas(url)) == 2 and after != before,
+            "the new one answering",
+        )
     r = httpx.post(
         f"{url}/sandboxes/{sandbox_id}/exec",
         json={"command": "echo still here", "wait": True},
