@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -33,7 +34,7 @@ from pomona.orchestrator.server.coordinator import Coordinator
 from pomona.orchestrator.server.envelope import RequestEnvelope
 from pomona.orchestrator.server.errors import add_handlers
 from pomona.orchestrator.server.keys import KeyRing
-from pomona.orchestrator.server.metrics import instrument
+from pomona.orchestrator.server.metrics import count_across_processes, instrument
 from pomona.orchestrator.server.policy import DEFAULT_QUOTA, FILE_OPS_PER_KEY, TenantPolicy
 from pomona.orchestrator.server.quotas import Quota, parse_quota
 from pomona.orchestrator.server.routes import files, jobs, probes, sandboxes, sessions, snapshots
@@ -184,7 +185,10 @@ def serve(
     for name, default in (("max_creates", MAX_CREATES), ("max_execs", MAX_EXECS), ("queue", QUEUE)):
         options[name] = -(-options.get(name, default) // workers)  # the service's, split
 
+    counts = tempfile.TemporaryDirectory(prefix="pomona-metrics-")  # every worker's, one scrape
+
     def run_worker(sock: socket.socket, ready: Callable[[], object]) -> None:
+        count_across_processes(counts.name)
         server = uvicorn.Server(
             _uvicorn_config(build(runtime, state_dir, redis_url, keys, admins, **options))
         )
@@ -199,11 +203,13 @@ def serve(
 
         asyncio.run(main())
 
-    try:
-        sockets = listening_sockets(host, port, workers, BACKLOG)
-    except OSError as e:
-        raise SystemExit(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    raise SystemExit(Supervisor(sockets, run_worker).run())
+    with counts:
+        try:
+            sockets = listening_sockets(host, port, workers, BACKLOG)
+        except OSError as e:
+            raise SystemExit(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        code = Supervisor(sockets, run_worker).run()
+    raise SystemExit(code)
 
 
 def _uvicorn_config(app: FastAPI, **where: Any) -> Any:

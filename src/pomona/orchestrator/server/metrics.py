@@ -9,23 +9,29 @@
 
 Each app has its own registry, so several services in one process (tests, replicas) never mix
 their counts. The sandbox gauge is read from the store when scraped, so it is the same on every
-replica that shares one.
+replica that shares one. The workers of one `pomona serve --workers N` count into one directory
+(prometheus_client's multiprocess mode, one file per process), so a scrape, whichever worker
+answers it, gives the service's totals, a killed worker's counts included.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
-    Gauge,
     Histogram,
     generate_latest,
+    values,
 )
 from prometheus_client import Counter as CounterMetric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pomona.errors import Overloaded, PermissionDenied
@@ -50,19 +56,52 @@ def operation_of(scope: Scope) -> str | None:
     return OPERATIONS.get((scope.get("method", ""), getattr(route, "path", "")))
 
 
+def count_across_processes(directory: str) -> None:
+    """From now on this process counts into `directory`, shared with the service's other
+    workers. Process-wide (prometheus_client keeps the choice in a global), so only for a
+    process that serves one app: a worker of `pomona serve --workers N`."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    values.ValueClass = values.MultiProcessValue()
+
+
+class _SandboxCounts:
+    """The pomona_sandboxes gauge: the store's sandboxes as last read, at scrape time."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "pomona_sandboxes", "Sandboxes in the store, by state and runtime",
+            labels=["state", "runtime"],
+        )  # fmt: skip
+        for (state, runtime), n in sorted(self.counts.items()):
+            family.add_metric([state, runtime], n)
+        yield family
+
+
 class ServiceMetrics:
     def __init__(self) -> None:
+        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR") if _counts_across_processes() else None
+        # counted per process into the shared directory and read back from it, or kept here
         self.registry = CollectorRegistry()
-        self.sandboxes = Gauge("pomona_sandboxes", "Sandboxes in the store, by state and runtime",
-                               ["state", "runtime"], registry=self.registry)  # fmt: skip
+        counting = None if shared else self.registry
+        if shared:
+            MultiProcessCollector(self.registry, shared)
+        self.sandboxes = _SandboxCounts()
+        self.registry.register(self.sandboxes)
         self.seconds = Histogram(
             "pomona_service_operation_seconds", "Time to answer a sandbox operation",
-            ["operation", "status"], buckets=BUCKETS, registry=self.registry,
+            ["operation", "status"], buckets=BUCKETS, registry=counting,
         )  # fmt: skip
         self.rejections = CounterMetric(
             "pomona_service_admission_rejections", "Requests refused by admission control (503)",
-            ["operation"], registry=self.registry,
+            ["operation"], registry=counting,
         )  # fmt: skip
+
+
+def _counts_across_processes() -> bool:
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
 
 
 class _Timer:
@@ -110,12 +149,9 @@ def instrument(app: FastAPI, coordinator: Coordinator) -> ServiceMetrics:
         )
         if not ServiceState.of(request.app).keys.check(key).admin:
             raise PermissionDenied("metrics cover every tenant: scrape with an admin key")
-        counts = Counter(
+        metrics.sandboxes.counts = Counter(
             (r.status, r.runtime or "?") for r in await coordinator.store.list_sandboxes()
         )
-        metrics.sandboxes.clear()
-        for (state, runtime), n in counts.items():
-            metrics.sandboxes.labels(state, runtime).set(n)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(_Timer, metrics=metrics)
