@@ -141,6 +141,40 @@ def test_a_killed_worker_is_replaced_and_the_service_answers_throughout(two_work
     assert httpx.delete(f"{url}/sandboxes/{sandbox_id}", headers=headers, timeout=60).is_success
 
 
+def pinned_to_two_replicas(url: str) -> tuple[httpx.Client, httpx.Client]:
+    """Two clients whose kept-alive connections reach different workers."""
+    by_replica: dict[str, httpx.Client] = {}
+    for _ in range(40):
+        client = httpx.Client(base_url=url, headers={"X-API-Key": KEYS["alice"]}, timeout=60)
+        replica = client.get("/").json()["replica"]
+        if replica in by_replica:
+            client.close()
+        else:
+            by_replica[replica] = client
+        if len(by_replica) == 2:
+            first, second = by_replica.values()
+            return first, second
+    raise AssertionError("40 connections all reached one worker")
+
+
+def test_a_snapshot_whose_forks_another_worker_deleted_can_be_deleted(two_workers) -> None:
+    url = two_workers[0]
+    maker, other = pinned_to_two_replicas(url)
+    try:
+        sandbox_id = maker.post("/sandboxes", json={"image": "host"}).json()["id"]
+        maker.post(f"/sandboxes/{sandbox_id}/snapshot", json={"snapshot_id": "snap-w"})
+        forks = maker.post("/snapshots/snap-w/fork", json={"k": 2}).json()
+        assert other.delete("/snapshots/snap-w").status_code == 409  # the maker's forks count
+        for fork in forks:
+            assert other.delete(f"/sandboxes/{fork['id']}").is_success
+        deleted = maker.delete("/snapshots/snap-w")  # its own view still held the forks
+        assert deleted.status_code == 200 and deleted.json()["deleted"] is True, deleted.text
+        assert maker.delete(f"/sandboxes/{sandbox_id}").is_success
+    finally:
+        maker.close()
+        other.close()
+
+
 def test_a_port_in_use_is_refused_as_with_one_worker(tmp_path: Path) -> None:
     port = free_port()
     holder = serve(tmp_path / "a", port)
