@@ -56,12 +56,17 @@ def operation_of(scope: Scope) -> str | None:
     return OPERATIONS.get((scope.get("method", ""), getattr(route, "path", "")))
 
 
+_shared_dir: str | None = None  # set in a worker of `pomona serve --workers N`
+
+
 def count_across_processes(directory: str) -> None:
     """From now on this process counts into `directory`, shared with the service's other
     workers. Process-wide (prometheus_client keeps the choice in a global), so only for a
     process that serves one app: a worker of `pomona serve --workers N`."""
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    global _shared_dir
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory  # where prometheus_client writes
     values.ValueClass = values.MultiProcessValue()
+    _shared_dir = directory
 
 
 class _SandboxCounts:
@@ -82,12 +87,11 @@ class _SandboxCounts:
 
 class ServiceMetrics:
     def __init__(self) -> None:
-        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR") if _counts_across_processes() else None
         # counted per process into the shared directory and read back from it, or kept here
         self.registry = CollectorRegistry()
-        counting = None if shared else self.registry
-        if shared:
-            MultiProcessCollector(self.registry, shared)
+        counting = None if _shared_dir else self.registry
+        if _shared_dir:
+            MultiProcessCollector(self.registry, _shared_dir)
         self.sandboxes = _SandboxCounts()
         self.registry.register(self.sandboxes)
         self.seconds = Histogram(
@@ -98,10 +102,6 @@ class ServiceMetrics:
             "pomona_service_admission_rejections", "Requests refused by admission control (503)",
             ["operation"], registry=counting,
         )  # fmt: skip
-
-
-def _counts_across_processes() -> bool:
-    return bool(getattr(values.ValueClass, "_multiprocess", False))
 
 
 class _Timer:

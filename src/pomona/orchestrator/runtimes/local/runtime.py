@@ -391,16 +391,14 @@ class LocalRuntime:
         return await snapshots.delete(self.state, snapshot_id, in_use)
 
     def _layers_in_use(self) -> dict[str, builtins.list[str]]:
-        """Every sandbox's layers, from the records in the state dir: other processes sharing it
-        (`pomona serve --workers`, replicas) fork from snapshots and delete forks too, so this
-        process's own view is stale both ways."""
-        in_use = {s: live.record.lowers for s, live in self.sandboxes.items()}
+        """Every sandbox's layers, from the records in the state dir (each is saved before its
+        sandbox is built): other processes sharing it (`pomona serve --workers`, replicas) fork
+        from snapshots and delete forks too, so this process's own view is stale both ways."""
+        in_use = {}
         for found in (self.state / "sandboxes").glob("*/record.json"):
             with contextlib.suppress(OSError, ValueError, TypeError):
                 record = Record.load(found.parent)
                 in_use[record.id] = record.lowers
-        for gone in [s for s in in_use if not (self.state / "sandboxes" / s).is_dir()]:
-            del in_use[gone]  # deleted by another process: this one's view is out of date
         return in_use
 
     # -- network ------------------------------------------------------------------------------
