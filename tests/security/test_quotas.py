@@ -156,10 +156,32 @@ async def _burst(store: Store) -> None:
         await store.claim_sandbox(_lease("mem", 2), memory)
 
 
+async def _late_write(store: Store) -> None:
+    """A heartbeat (or a create finishing) that read the lease before a delete writes it after:
+    the lease stays deleted, and the owner's usage still counts exactly its live sandboxes (on
+    Redis the write once brought the lease back uncounted, and deleting it again freed a slot
+    another sandbox still held)."""
+    quota = Quota(sandboxes=2, cpu=None, memory=None, ttl=None)
+    gone, kept = _lease("late", 0), _lease("late", 1)
+    assert await store.claim_sandbox(gone, quota) is None
+    assert await store.claim_sandbox(kept, quota) is None
+    await store.delete_sandbox(gone.id)
+    assert await store.put_sandbox(gone.model_copy(update={"heartbeat_at": 1.0})) is False
+    assert await store.get_sandbox(gone.id) is None
+    assert [r.id for r in await store.list_sandboxes() if r.owner == "late"] == [kept.id]
+    await store.delete_sandbox(gone.id)  # the reaper's delete of it, again: nothing to free
+    assert await store.put_sandbox(kept.model_copy(update={"heartbeat_at": 2.0})) is True
+    assert (await store.get_sandbox(kept.id)).heartbeat_at == 2.0
+    assert await store.claim_sandbox(_lease("late", 2), quota) is None
+    with pytest.raises(QuotaExceeded, match="2 live sandboxes"):
+        await store.claim_sandbox(_lease("late", 3), quota)
+
+
 def test_the_sqlite_store_claims_within_the_quota_atomically(tmp_path):
     store = SqliteStore(tmp_path / "store.db")
     try:
         asyncio.run(_burst(store))
+        asyncio.run(_late_write(store))
     finally:
         asyncio.run(store.close())
 
@@ -192,6 +214,7 @@ def test_the_redis_store_claims_within_the_quota_atomically():
             store = RedisStore(server.url)
             try:
                 await _burst(store)
+                await _late_write(store)
             finally:
                 await store.close()
 

@@ -268,7 +268,10 @@ class Coordinator:
         lease = lease.model_copy(
             update={"status": "ready", "runtime": info.runtime, "heartbeat_at": time.time()}
         )
-        await self.store.put_sandbox(lease)
+        if not await self.store.put_sandbox(lease):  # deleted while it was being made
+            with contextlib.suppress(Exception):
+                await self.service.delete(sandbox_id)
+            raise SandboxConflict(f"sandbox {sandbox_id!r} was deleted while it was being created")
         self._synced[sandbox_id] = lease.created_at
         return lease
 
@@ -304,7 +307,8 @@ class Coordinator:
 
     async def heartbeat(self, sandbox: SandboxRecord) -> SandboxRecord:
         record = sandbox.model_copy(update={"heartbeat_at": time.time()})
-        await self.store.put_sandbox(record)
+        if not await self.store.put_sandbox(record):
+            raise SandboxNotFound.of(sandbox.id)
         return record
 
     async def delete(self, who: Principal, sandbox_id: str, reaped: bool = False) -> bool:

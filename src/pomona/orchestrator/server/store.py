@@ -100,7 +100,10 @@ class Store(ABC):
         room for this one (quotas.py)."""
 
     @abstractmethod
-    async def put_sandbox(self, record: SandboxRecord) -> None: ...
+    async def put_sandbox(self, record: SandboxRecord) -> bool:
+        """Update a lease that exists; False, writing nothing, once it has been deleted: a late
+        write (a heartbeat, a create finishing) never brings a deleted sandbox's lease back,
+        where no quota would count it."""
 
     @abstractmethod
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None: ...
@@ -226,11 +229,12 @@ class SqliteStore(Store):
             self.db.execute("INSERT INTO sandboxes VALUES (?, ?, ?, ?)", row)
         return None
 
-    async def put_sandbox(self, record: SandboxRecord) -> None:
-        self.db.execute(
-            "INSERT OR REPLACE INTO sandboxes VALUES (?, ?, ?, ?)",
-            (record.id, record.owner, record.expires_at, record.model_dump_json()),
+    async def put_sandbox(self, record: SandboxRecord) -> bool:
+        cursor = self.db.execute(
+            "UPDATE sandboxes SET owner = ?, expires_at = ?, data = ? WHERE id = ?",
+            (record.owner, record.expires_at, record.model_dump_json(), record.id),
         )
+        return cursor.rowcount == 1
 
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         row = self._one("SELECT data FROM sandboxes WHERE id = ?", sandbox_id)
@@ -384,6 +388,13 @@ redis.call('HINCRBYFLOAT', KEYS[3], 'cpu', ARGV[4])
 redis.call('HINCRBYFLOAT', KEYS[3], 'memory', ARGV[5])
 return false
 """
+# KEYS: sb:{id}, sbs; ARGV: record, id, expiry score. Only a lease that still exists.
+_UPDATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+return 1
+"""
 # KEYS: sb:{id}, sbs, reaped; ARGV: id, now, reaped (1 or 0), key prefix
 _DELETE = """
 local raw = redis.call('GET', KEYS[1])
@@ -427,6 +438,7 @@ class RedisStore(Store):
         self._add_job = self.redis.register_script(_ADD_JOB)
         self._claim = self.redis.register_script(_CLAIM)
         self._delete = self.redis.register_script(_DELETE)
+        self._update = self.redis.register_script(_UPDATE)
 
     async def start(self) -> None:
         try:
@@ -470,11 +482,12 @@ class RedisStore(Store):
         most.check_usage(int(count), cpu, memory, record.spec)  # raises, saying which
         raise QuotaExceeded("this key's quota is used up: delete sandboxes first")
 
-    async def put_sandbox(self, record: SandboxRecord) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.p + "sb:" + record.id, record.model_dump_json())
-            pipe.zadd(self.p + "sbs", {record.id: self._score(record)})
-            await pipe.execute()
+    async def put_sandbox(self, record: SandboxRecord) -> bool:
+        updated = await self._update(
+            keys=[self.p + "sb:" + record.id, self.p + "sbs"],
+            args=[record.model_dump_json(), record.id, self._score(record)],
+        )
+        return bool(updated)
 
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         raw = await self.redis.get(self.p + "sb:" + sandbox_id)
