@@ -89,3 +89,40 @@ def test_a_run_over_slurm_survives_a_node_failure(cluster, tmp_path, monkeypatch
     logs = sorted((runs / "slurm" / manifest.stem / "logs").glob("*.out"))
     assert len(logs) >= 3  # two array tasks, then the round that played the lost attempts
     assert not list(Path(tempfile.gettempdir()).glob("pomona-slurm-*"))  # workers cleaned up
+
+
+def test_a_sweep_releases_a_worker_killed_before_its_runtime_started(tmp_path):
+    """A node failure can kill a worker between making its state directory and starting the
+    runtime there: the directory has no store, only the worker's lock, which nobody holds."""
+    import fcntl
+    import sys
+
+    from pomona.slurm.worker import WORKER_LOCK, sweep
+
+    killed = tmp_path / "pomona-slurm-1_0-killed"
+    killed.mkdir()
+    (killed / WORKER_LOCK).touch()
+    making = tmp_path / "pomona-slurm-1_1-making"  # made a moment ago, not yet locked
+    making.mkdir()
+    live = tmp_path / "pomona-slurm-1_2-live"
+    live.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a');"
+         " fcntl.flock(f, fcntl.LOCK_EX); print(flush=True); time.sleep(60)",
+         str(live / WORKER_LOCK)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        holder.stdout.readline()  # it holds the lock now
+        sweep(tmp_path)
+        assert not killed.exists()
+        assert making.exists() and live.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    sweep(tmp_path)  # its worker is dead now
+    assert not live.exists() and making.exists()
+    with open(making / WORKER_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # a worker of this process's: kept while held
+        sweep(tmp_path)
+        assert making.exists()

@@ -13,6 +13,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 from pomona.benchmarks.resume import RunManifest
 from pomona.run import run_benchmark
@@ -28,6 +29,7 @@ def play(shard_path: Path) -> int:
     if not shard.get("state_dir"):
         sweep(Path(tempfile.gettempdir()))
     state = shard.get("state_dir") or tempfile.mkdtemp(prefix=f"pomona-slurm-{job}-")
+    alive = _hold(state) if not shard.get("state_dir") else None
     print(f"[pomona worker {job} on {socket.gethostname()}] {len(attempts)} attempt(s)", flush=True)
     try:
         result = run_benchmark(
@@ -44,26 +46,48 @@ def play(shard_path: Path) -> int:
             # a worker killed while this one started (a failed node's, still dying then) is
             # gone by now: what it left is released here, not left for a later job
             sweep(Path(tempfile.gettempdir()))
+            if alive is not None:
+                alive.close()
     done = {"host": socket.gethostname(), "job": job, "episodes": len(result.records)}
     shard_path.with_suffix(".done").write_text(json.dumps(done))
     return 0
 
 
+WORKER_LOCK = "worker.lock"  # held by the worker for its whole life, from just after mkdtemp
+
+
+def _hold(state: str) -> TextIO:
+    """The worker's lock on its state directory: a killed worker's is free (the kernel drops it),
+    so a sweep knows the directory is left over even if the runtime never started in it."""
+    held = open(Path(state, WORKER_LOCK), "a")  # held until the worker ends
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
+def _held(lock: Path) -> bool:
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
 def sweep(tmp: Path) -> None:
     """Release what workers killed on this node left (a node-local /tmp that outlives jobs):
-    state dirs whose runtime had started (a store) and whose lock no live process holds."""
+    state dirs whose worker's lock and runtime's lock no live process holds, whether or not the
+    runtime had started there (a worker killed at start leaves an empty one)."""
     from pomona.orchestrator.gc import collect
 
     for state in tmp.glob("pomona-slurm-*"):
-        if not (state / "store").exists():
-            continue  # not started yet, or not a state dir: never someone else's in the making
-        with open(state / "lock", "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live worker's
-            fcntl.flock(lock, fcntl.LOCK_UN)
-        collect(state)
+        locks = [lock for lock in (state / WORKER_LOCK, state / "lock") if lock.exists()]
+        if not locks:
+            continue  # no lock yet, or not a state dir: never someone else's in the making
+        if any(_held(lock) for lock in locks):
+            continue  # a live worker's
+        if (state / "store").exists():
+            collect(state)
         shutil.rmtree(state, ignore_errors=True)
         print(f"released {state}, left by a killed worker", flush=True)
 
