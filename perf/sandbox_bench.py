@@ -278,7 +278,10 @@ async def bare_run(n: int) -> tuple[float, float]:
             await proc.wait()
 
     start, cpu = time.perf_counter(), cpu_times()
-    await asyncio.gather(*(one() for _ in range(n)))
+    try:
+        await asyncio.gather(*(one() for _ in range(n)))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     return time.perf_counter() - start, busy_since(cpu)
 
 
@@ -413,6 +416,24 @@ def main() -> None:
     )
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="pomona-bench-"))
+    try:
+        run_all(args, state)
+    finally:
+        remove_unless_mounted(state)
+
+
+def remove_unless_mounted(state: Path) -> None:
+    """The bench's state (stores, disk images: hundreds of MB), once nothing there is mounted
+    (every client unmounts its store on close); kept, saying so, if something still is."""
+    with open("/proc/self/mounts") as f:
+        held = [line.split()[1] for line in f if line.split()[1].startswith(str(state))]
+    if held:
+        print(f"left {state}: still mounted there: {', '.join(held)}", file=sys.stderr)
+    else:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, state: Path) -> None:
     rows: list[tuple[str, ...]] = []
     engine = bool(shutil.which("docker")) and (
         subprocess.run(["docker", "info"], capture_output=True).returncode == 0
